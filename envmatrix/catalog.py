@@ -1,0 +1,254 @@
+"""Compatibility knowledge as data (../shared/FACTS.md §1–§4) and the skip reasons it implies.
+
+Every fact here is a lead, not a verdict on a real run: a cell the catalog rules out is kept in the
+plan as `skipped` with a reason a user can act on; a cell it allows is still tested for real.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import re
+
+from packaging.version import Version
+
+
+@dataclass(frozen=True)
+class TorchBuilds:
+    """The CUDA wheel variants one torch minor release publishes, its default PyPI build, its Pythons."""
+
+    cuda: tuple[str, ...]
+    default_cuda: str
+    python: tuple[str, str]
+
+
+# pytorch/test-infra generate_binary_build_matrix.py; pytorch RELEASE.md (FACTS §1).
+TORCH: dict[str, TorchBuilds] = {
+    "2.4": TorchBuilds(("11.8", "12.1", "12.4"), "12.1", ("3.8", "3.12")),
+    "2.5": TorchBuilds(("11.8", "12.1", "12.4"), "12.4", ("3.9", "3.12")),
+    "2.6": TorchBuilds(("11.8", "12.4", "12.6"), "12.4", ("3.9", "3.13")),
+    "2.7": TorchBuilds(("11.8", "12.6", "12.8"), "12.6", ("3.9", "3.13")),
+    "2.8": TorchBuilds(("12.6", "12.8", "12.9"), "12.8", ("3.9", "3.13")),
+    "2.9": TorchBuilds(("12.6", "12.8", "13.0"), "12.8", ("3.10", "3.14")),
+    "2.10": TorchBuilds(("12.6", "12.8", "13.0"), "12.8", ("3.10", "3.14")),
+    "2.11": TorchBuilds(("12.6", "12.8", "13.0"), "13.0", ("3.10", "3.14")),
+    "2.12": TorchBuilds(("12.6", "13.0", "13.2"), "13.0", ("3.10", "3.14")),
+    "2.13": TorchBuilds(("12.6", "13.0", "13.2"), "13.0", ("3.10", "3.14")),
+}
+
+#: torch 2.7 is the first release whose pip wheels use the CXX11 ABI (manylinux_2_28).
+CXX11_ABI_FROM = Version("2.7")
+
+
+@dataclass(frozen=True)
+class FlashWheels:
+    """Prebuilt flash-attn wheels of the releases in [first, until): exact torch builds, CUDA majors, Pythons."""
+
+    first: str
+    until: str
+    torch: tuple[str, ...]
+    cuda_majors: tuple[int, ...]
+    python: tuple[str, str]
+
+
+# Dao-AILab/flash-attention .github/workflows/publish.yml at each tag (FACTS §2).
+FLASH_ATTN: tuple[FlashWheels, ...] = (
+    FlashWheels("2.6.3", "2.6.4", ("2.0.1", "2.1.2", "2.2.2", "2.3.1", "2.4.0"), (11, 12), ("3.8", "3.12")),
+    FlashWheels("2.7.0", "2.7.4", ("2.1.2", "2.2.2", "2.3.1", "2.4.0", "2.5.1"), (11, 12), ("3.9", "3.13")),
+    FlashWheels("2.7.4", "2.8.0", ("2.2.2", "2.3.1", "2.4.0", "2.5.1", "2.6.0"), (12,), ("3.9", "3.13")),
+    FlashWheels("2.8.0", "2.8.3", ("2.4.0", "2.5.1", "2.6.0", "2.7.1"), (12,), ("3.9", "3.13")),
+    FlashWheels("2.8.3", "2.8.4", ("2.4.0", "2.5.1", "2.6.0", "2.7.1", "2.8.0"), (12,), ("3.9", "3.13")),
+)
+
+# transformers' soft torch floor: from this transformers release on, torch must be at least this (FACTS §3).
+TRANSFORMERS_TORCH_FLOOR: tuple[tuple[str, str], ...] = (
+    ("4.37.0", "1.11"),
+    ("4.49.0", "2.0"),
+    ("4.52.0", "2.1"),
+    ("4.56.0", "2.2"),
+    ("5.1.0", "2.4"),
+)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU type the matrix can name; `pattern` recognises it in `nvidia-smi --query-gpu=name`."""
+
+    name: str
+    compute_capability: tuple[int, int] | None
+    pattern: str
+    min_cuda: str = "11.0"
+
+    @property
+    def sm(self) -> str:
+        """`sm80`, or `cpu` for the CPU pseudo-GPU."""
+        cc = self.compute_capability
+        return f"sm{cc[0]}{cc[1]}" if cc else "cpu"
+
+
+GPUS: dict[str, Gpu] = {
+    g.name: g
+    for g in (
+        Gpu("cpu", None, r"^$"),
+        Gpu("V100", (7, 0), r"\bV100\b"),
+        Gpu("T4", (7, 5), r"\bT4\b"),
+        Gpu("A100", (8, 0), r"\bA100\b"),
+        Gpu("A10", (8, 6), r"\bA10G?\b"),
+        Gpu("RTX3090", (8, 6), r"\bRTX 3090\b"),
+        Gpu("L4", (8, 9), r"\bL4\b"),
+        Gpu("L40S", (8, 9), r"\bL40S\b"),
+        Gpu("RTX4090", (8, 9), r"\bRTX 4090\b"),
+        Gpu("H20", (9, 0), r"\bH20\b", "11.8"),
+        Gpu("H100", (9, 0), r"\bH100\b", "11.8"),
+        Gpu("H200", (9, 0), r"\bH200\b", "11.8"),
+        Gpu("B200", (10, 0), r"\bB200\b", "12.8"),
+    )
+}
+
+#: FlashAttention-2 kernels exist for Ampere and newer only.
+FLASH_ATTN_MIN_CC = (8, 0)
+#: bf16 kernels arrive with Ampere too; on older GPUs bf16 is emulated or refused.
+BF16_MIN_CC = (8, 0)
+
+
+def gpu_from_smi_name(smi_name: str) -> str | None:
+    """Map an `nvidia-smi` name (e.g. `NVIDIA A100-SXM4-80GB`) to the matrix's GPU name, or None."""
+    for gpu in GPUS.values():
+        if gpu.compute_capability and re.search(gpu.pattern, smi_name):
+            return gpu.name
+    return None
+
+
+def minor(version: str) -> str:
+    """`2.5.1` → `2.5`."""
+    release = Version(version).release
+    return f"{release[0]}.{release[1] if len(release) > 1 else 0}"
+
+
+def _py_in(python: str, bounds: tuple[str, str]) -> bool:
+    return Version(bounds[0]) <= Version(python) <= Version(bounds[1])
+
+
+def cxx11_abi(torch: str) -> bool:
+    """Whether the pip wheels of this torch release use the CXX11 ABI (read it in the image to be sure)."""
+    return Version(torch) >= CXX11_ABI_FROM
+
+
+def torch_floor(transformers: str) -> str | None:
+    """The lowest torch that this transformers release accepts, per the catalog."""
+    floor = None
+    for since, torch in TRANSFORMERS_TORCH_FLOOR:
+        if Version(transformers) >= Version(since):
+            floor = torch
+    return floor
+
+
+def flash_wheels(release: str) -> FlashWheels | None:
+    """The published-wheel facts for a flash-attn release, or None where the catalog knows none."""
+    v = Version(release)
+    for entry in FLASH_ATTN:
+        if Version(entry.first) <= v < Version(entry.until):
+            return entry
+    return None
+
+
+def flash_wheel_cuda_tag(release: str, cuda: str) -> str:
+    """The CUDA tag in the wheel name setup.py guesses: cu118/cu123 before 2.7, then the major only."""
+    major = int(cuda.split(".")[0])
+    if Version(release) < Version("2.7.0"):
+        return "cu118" if major == 11 else "cu123"
+    return f"cu{major}"
+
+
+def flash_wheel_name(release: str, torch: str, cuda: str, python: str) -> str:
+    """The wheel file flash-attn's setup.py looks for on its GitHub release (FACTS §2)."""
+    py = "cp" + python.replace(".", "")
+    abi = "TRUE" if cxx11_abi(torch) else "FALSE"
+    tag = flash_wheel_cuda_tag(release, cuda)
+    return f"flash_attn-{release}+{tag}torch{minor(torch)}cxx11abi{abi}-{py}-{py}-linux_x86_64.whl"
+
+
+def environment_reasons(
+    *, cuda: str, torch: str, transformers: str, flash_attn: str, gpu: str, python: str, build_from_source: bool
+) -> list[str]:
+    """Why this environment cannot be built or run as declared; empty when the catalog sees no obstacle."""
+    reasons: list[str] = []
+    gpu_info = GPUS[gpu]
+    on_cpu = gpu_info.compute_capability is None
+    builds = TORCH.get(minor(torch))
+    if cuda == "none" and not on_cpu:
+        reasons.append(f"a CPU build of torch (cuda: none) cannot drive GPU {gpu}; pair cuda: none with gpu: cpu")
+    if cuda != "none" and on_cpu:
+        reasons.append(f"CUDA {cuda} needs a GPU; the cpu runner runs cuda: none environments")
+    if builds is None:
+        reasons.append(f"torch {torch} is not in envmatrix's catalog (known: {', '.join(TORCH)}); add its builds to catalog.TORCH")
+    else:
+        if cuda != "none" and cuda not in builds.cuda:
+            reasons.append(
+                f"torch {minor(torch)} publishes CUDA builds {', '.join('cu' + c.replace('.', '') for c in builds.cuda)}"
+                f" only, no cu{cuda.replace('.', '')}; pick one of CUDA {', '.join(builds.cuda)}"
+            )
+        if not _py_in(python, builds.python):
+            reasons.append(f"torch {minor(torch)} publishes wheels for Python {builds.python[0]}–{builds.python[1]}, not {python}")
+    if cuda != "none" and not on_cpu and Version(cuda) < Version(gpu_info.min_cuda):
+        reasons.append(f"{gpu} ({gpu_info.sm}) needs CUDA ≥ {gpu_info.min_cuda}; CUDA {cuda} has no kernels for it")
+    floor = torch_floor(transformers)
+    if floor is not None and Version(torch) < Version(floor):
+        reasons.append(
+            f"transformers {transformers} requires torch ≥ {floor} (it disables PyTorch below that); "
+            f"use torch ≥ {floor} or an older transformers"
+        )
+    if flash_attn != "none":
+        reasons.extend(_flash_reasons(flash_attn, torch=torch, cuda=cuda, gpu=gpu_info, python=python, build_from_source=build_from_source))
+    return reasons
+
+
+def _flash_reasons(release: str, *, torch: str, cuda: str, gpu: Gpu, python: str, build_from_source: bool) -> list[str]:
+    cc = gpu.compute_capability
+    if cc is None:
+        return [f"flash-attn {release} needs a CUDA GPU of sm80+ (Ampere or newer); there is none on the cpu runner"]
+    if cc < FLASH_ATTN_MIN_CC:
+        return [f"flash-attn (FlashAttention-2) needs sm80+ (Ampere or newer); {gpu.name} is {gpu.sm}"]
+    if build_from_source:
+        return []
+    allow = "a source build takes hours; allow it with build_from_source: true"
+    wheels = flash_wheels(release)
+    if wheels is None:
+        return [f"envmatrix's catalog knows no prebuilt wheels of flash-attn {release}; {allow}, or add the release to catalog.FLASH_ATTN"]
+    reasons: list[str] = []
+    if torch not in wheels.torch:
+        same_minor = [t for t in wheels.torch if minor(t) == minor(torch)]
+        if same_minor:
+            reasons.append(
+                f"flash-attn {release}'s wheel for torch {minor(torch)} is built against torch {same_minor[0]}, not {torch}: "
+                f"it fails to load with an undefined symbol (flash-attention #931); pin torch {same_minor[0]} or {allow}"
+            )
+        else:
+            reasons.append(f"flash-attn {release} publishes no wheel for torch {minor(torch)} (wheels for {', '.join(wheels.torch)}); {allow}")
+    if int(cuda.split(".")[0]) not in wheels.cuda_majors:
+        reasons.append(f"flash-attn {release} publishes no wheel for CUDA {cuda} (CUDA majors {', '.join(map(str, wheels.cuda_majors))}); {allow}")
+    if not _py_in(python, wheels.python):
+        reasons.append(f"flash-attn {release} publishes wheels for Python {wheels.python[0]}–{wheels.python[1]}, not {python}; {allow}")
+    return reasons
+
+
+#: Attention implementations that need the flash-attn package in the environment.
+FLASH_IMPLEMENTATIONS = ("flash_attention_2",)
+#: Hopper-only kernels built from source (`flash_attn_3`).
+HOPPER_IMPLEMENTATIONS = ("flash_attention_3",)
+
+
+def scenario_reasons(*, attn: str, dtype: str, flash_attn: str, gpu: str) -> list[str]:
+    """Why a scenario cannot run in an environment (attention backend or dtype the hardware lacks)."""
+    info = GPUS[gpu]
+    cc = info.compute_capability
+    reasons: list[str] = []
+    if attn in FLASH_IMPLEMENTATIONS:
+        if flash_attn == "none":
+            reasons.append(f"attention {attn} needs flash-attn, and this environment has flash_attn: none")
+        if cc is None:
+            reasons.append(f"attention {attn} needs a CUDA GPU of sm80+; the cpu runner has none")
+    if attn in HOPPER_IMPLEMENTATIONS and (cc is None or cc[0] != 9):
+        reasons.append(f"attention {attn} (FlashAttention-3) runs on Hopper (sm90) only; {gpu} is {info.sm}")
+    if dtype == "bf16" and cc is not None and cc < BF16_MIN_CC:
+        reasons.append(f"bf16 needs sm80+ for native kernels; {gpu} is {info.sm}: use fp16 or fp32 there")
+    return reasons

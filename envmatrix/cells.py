@@ -1,0 +1,129 @@
+"""Pure expansion: a profile → cells (environment × scenario) with stable ids, statuses and reasons.
+
+Cells the catalog or an exclude rule rules out stay in the list as `skipped` with the reason; only
+the user's own select/skip patterns (matrix.yaml or --only/--skip) narrow the list.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from dataclasses import dataclass
+from typing import Iterable
+
+from . import catalog
+from .spec import AXES, Profile, Rule, Scenario, Spec
+from .yamlsrc import expand_braces
+
+PLANNED = "planned"
+SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """One value of every environment axis: what an image or venv is built from (plus the GPU it runs on)."""
+
+    cuda: str
+    torch: str
+    transformers: str
+    flash_attn: str
+    gpu: str
+    python: str
+
+    @property
+    def cuda_tag(self) -> str:
+        """`cu124`, or `cpu` for CPU builds of torch."""
+        return "cpu" if self.cuda == "none" else "cu" + self.cuda.replace(".", "")
+
+    @property
+    def build_id(self) -> str:
+        """What one image/venv is keyed by: the GPU is where it runs, not what it is built from."""
+        fa = "fanone" if self.flash_attn == "none" else f"fa{self.flash_attn}"
+        return f"{self.cuda_tag}-torch{self.torch}-tf{self.transformers}-{fa}-py{self.python}"
+
+    @property
+    def id(self) -> str:
+        """e.g. `cu124-torch2.5.1-tf4.49.0-fa2.7.4.post1-h20-py3.11`."""
+        fa = "fanone" if self.flash_attn == "none" else f"fa{self.flash_attn}"
+        return f"{self.cuda_tag}-torch{self.torch}-tf{self.transformers}-{fa}-{self.gpu.lower()}-py{self.python}"
+
+    def axes(self) -> dict[str, str]:
+        """The axis values as a plain mapping (records and reports)."""
+        return {axis: getattr(self, axis) for axis in AXES}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A scenario in an environment: the unit that runs, is recorded and is reported."""
+
+    env: Environment
+    scenario: Scenario
+    status: str = PLANNED
+    reason: str = ""
+
+    @property
+    def id(self) -> str:
+        """`<environment id>/<scenario name>`: stable across runs, readable, usable as a file stem."""
+        return f"{self.env.id}/{self.scenario.name}"
+
+    def as_dict(self) -> dict[str, object]:
+        """The plan's JSON form."""
+        return {
+            "id": self.id,
+            "env": self.env.id,
+            "build": self.env.build_id,
+            **self.env.axes(),
+            "scenario": self.scenario.name,
+            "expect": self.scenario.expect,
+            "status": self.status,
+            "reason": self.reason,
+        }
+
+
+def matches(cell_id: str, patterns: Iterable[str]) -> bool:
+    """Whether a cell id matches any fnmatch pattern (braces expand: `*/{fp32,bf16}-sdpa`)."""
+    for pattern in patterns:
+        for alt in expand_braces(pattern):
+            if fnmatch.fnmatchcase(cell_id, alt) or fnmatch.fnmatchcase(cell_id, alt + "/*"):
+                return True
+    return False
+
+
+def _rule_matches(rule: Rule, env: Environment, scenario: Scenario) -> bool:
+    values = {**env.axes(), "scenario": scenario.name}
+    return all(any(fnmatch.fnmatchcase(values[key], p) for p in pats) for key, pats in rule.match)
+
+
+def environments(profile: Profile) -> list[Environment]:
+    """The cartesian product of the axes, then the include entries, without repeats, in a stable order."""
+    product = [Environment(**dict(zip(AXES, combo))) for combo in itertools.product(*(profile.axes[a] for a in AXES))]
+    extra = [Environment(**inc) for inc in profile.include]
+    return list(dict.fromkeys(product + extra))
+
+
+def expand(spec: Spec, profile_name: str, *, only: Iterable[str] = (), skip: Iterable[str] = (), gpu: str | None = None) -> list[Cell]:
+    """All cells of a profile, with catalog and exclude-rule skips, narrowed by select/skip patterns and GPU."""
+    profile = spec.profiles[profile_name]
+    select = tuple(profile.select) + tuple(only)
+    unselect = tuple(profile.skip) + tuple(skip)
+    cells: list[Cell] = []
+    for env in environments(profile):
+        if gpu is not None and env.gpu != gpu:
+            continue
+        env_reasons = catalog.environment_reasons(**env.axes(), build_from_source=profile.build_from_source)
+        for name in profile.scenarios:
+            scenario = spec.scenarios[name]
+            cell = Cell(env, scenario)
+            if select and not matches(cell.id, select):
+                continue
+            if unselect and matches(cell.id, unselect):
+                continue
+            reasons = list(env_reasons)
+            reasons += catalog.scenario_reasons(attn=scenario.attn, dtype=scenario.dtype, flash_attn=env.flash_attn, gpu=env.gpu)
+            for rule in profile.exclude:
+                if _rule_matches(rule, env, scenario):
+                    reasons.append(f"excluded by {rule.where}" + (f": {rule.reason}" if rule.reason else ""))
+            if reasons:
+                cell = Cell(env, scenario, SKIPPED, "; ".join(reasons))
+            cells.append(cell)
+    return cells

@@ -1,0 +1,98 @@
+"""The `envmatrix` command: parse arguments, call the pure core, print, map errors to exit statuses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__, plan
+from .cells import SKIPPED, Cell, expand
+from .errors import EnvmatrixError, InputError
+from .hostinfo import default_profile, detect_gpus
+from .spec import Spec, load
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: ./matrix.yaml)")
+    p.add_argument("--profile", default="auto", help="profile in the matrix file (default: gpu on a GPU host, else cpu)")
+    p.add_argument("--only", action="append", default=[], metavar="PATTERN", help="keep cells whose id matches (fnmatch, braces); repeatable")
+    p.add_argument("--skip", action="append", default=[], metavar="PATTERN", help="drop cells whose id matches; repeatable")
+    p.add_argument("--gpu", default=None, help="only cells of this GPU type (default: all for plan, the host's for run)")
+
+
+def select_cells(args: argparse.Namespace, *, gpu: str | None) -> tuple[Spec, str, list[Cell]]:
+    """Load the matrix, resolve the profile and expand it with the command line's selection."""
+    spec = load(args.file)
+    profile = default_profile(detect_gpus()) if args.profile == "auto" else args.profile
+    if profile not in spec.profiles:
+        raise InputError(f"{args.file}: no profile '{profile}'; the file defines: {', '.join(spec.profiles)}")
+    if gpu is not None:
+        gpus = {g for p in spec.profiles.values() for g in p.axes["gpu"]}
+        if gpu not in spec.profiles[profile].axes["gpu"]:
+            raise InputError(f"--gpu {gpu}: profile '{profile}' has no such GPU; it has {', '.join(spec.profiles[profile].axes['gpu'])} (all profiles: {', '.join(sorted(gpus))})")
+    return spec, profile, expand(spec, profile, only=args.only, skip=args.skip, gpu=gpu)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Print the cells of a profile and the environments they need."""
+    _, profile, cells = select_cells(args, gpu=args.gpu)
+    builds = plan.builds(cells)
+    if args.format == "json":
+        print(json.dumps([c.as_dict() for c in cells], indent=2))
+        return 0
+    console = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
+    table = Table(title=f"profile {profile}: {len(cells)} cells", show_lines=False)
+    for col in ("id", "cuda", "torch", "transformers", "flash_attn", "gpu", "python", "scenario", "status", "reason"):
+        table.add_column(col, overflow="fold")
+    for c in cells:
+        e = c.env
+        status = f"[yellow]{c.status}[/]" if c.status == SKIPPED else c.status
+        table.add_row(c.id, e.cuda, e.torch, e.transformers, e.flash_attn, e.gpu, e.python, c.scenario.name, status, c.reason)
+    console.print(table)
+    tally = plan.counts(cells)
+    console.print(
+        f"{tally.get('planned', 0)} planned, {tally.get('skipped', 0)} skipped; "
+        f"{len(builds)} environments to build (images or venvs)"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; each subcommand stores its handler in `func`."""
+    parser = argparse.ArgumentParser(prog="envmatrix", description="Which CUDA / PyTorch / transformers / flash-attn stacks train cleanly, by experiment.")
+    parser.add_argument("--version", action="version", version=f"envmatrix {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="list the cells of a profile with their status and skip reasons")
+    _add_selection(p)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_plan)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: exit status 0 on success, the error family's status otherwise."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.func
+    try:
+        return handler(args)
+    except EnvmatrixError as exc:
+        if args.debug:
+            raise
+        print(f"envmatrix: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("envmatrix: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""The taxonomy of run outcomes: shared by matrix.yaml controls, the classifier and the reports."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Outcome(str, Enum):
+    """What a cell's run showed. Order is not precedence: classify.py owns precedence."""
+
+    OK = "ok"
+    GARBLED_OUTPUT = "garbled_output"
+    NAN_LOSS = "nan_loss"
+    ZERO_GRAD = "zero_grad"
+    GRAD_LOST = "grad_lost"
+    DDP_READY_TWICE = "ddp_ready_twice"
+    SIGFPE = "sigfpe"
+    IMPORT_ABI = "import_abi"
+    UNSUPPORTED_GPU = "unsupported_gpu"
+    DRIVER_TOO_OLD = "driver_too_old"
+    OOM = "oom"
+    NCCL_ERROR = "nccl_error"
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+    ERROR = "error"
+    BUILD_FAILED = "build_failed"
+    SKIPPED = "skipped"
+
+
+OUTCOME_NAMES: tuple[str, ...] = tuple(o.value for o in Outcome)
+
+#: Outcomes a control may declare with `expect:`; the rest are not failure modes a probe can provoke.
+EXPECTABLE: tuple[str, ...] = tuple(
+    o.value for o in Outcome if o not in (Outcome.OK, Outcome.SKIPPED, Outcome.BUILD_FAILED)
+)

@@ -1,0 +1,410 @@
+"""Load and validate matrix.yaml into frozen, typed objects.
+
+Every problem found is collected (not just the first) and reported with the file, the line and the
+field path, so one run of `envmatrix plan` shows a user everything to fix. Versions and names are
+checked against strict patterns here, before any of them can reach a shell or a Dockerfile.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+from packaging.version import InvalidVersion, Version
+
+from . import catalog
+from .errors import SpecError
+from .outcomes import EXPECTABLE
+from .yamlsrc import Path_, Source, load_yaml
+
+AXES: tuple[str, ...] = ("cuda", "torch", "transformers", "flash_attn", "gpu", "python")
+
+_SAFE = re.compile(r"^[A-Za-z0-9._+-]+$")
+_PEP440 = re.compile(r"^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?$")
+_CUDA = re.compile(r"^[0-9]+\.[0-9]+$")
+_PYTHON = re.compile(r"^3\.[0-9]+$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One probe configuration; field names match the probe's command-line options."""
+
+    name: str
+    description: str = ""
+    dtype: str = "fp32"
+    attn: str = "sdpa"
+    grad_ckpt: str = "off"
+    lora: bool = False
+    freeze_embeddings: bool = False
+    input_grad_hook: bool = True
+    world_size: int = 1
+    num_generations: int = 4
+    std: str = "biased"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    steps: int = 4
+    beta: float = 0.0
+    lr: float = 1e-3
+    seed: int = 0
+    find_unused_parameters: bool = False
+    static_graph: bool = False
+    fault: str = "none"
+    expect: str | None = None
+
+    def probe_args(self) -> list[str]:
+        """The probe's command line for this scenario (world size goes to torchrun, not here)."""
+        args: list[str] = []
+        for f in fields(self):
+            if f.name in ("name", "description", "expect", "world_size"):
+                continue
+            value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + f.name.replace("_", "-"))
+            else:
+                args += [flag, str(value)]
+        return args
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An include/exclude entry: axis (or `scenario`) → accepted values, fnmatch patterns allowed."""
+
+    where: str
+    match: tuple[tuple[str, tuple[str, ...]], ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One named matrix: environment axes, the scenarios to run, and the rules over them."""
+
+    name: str
+    axes: dict[str, tuple[str, ...]]
+    scenarios: tuple[str, ...]
+    include: tuple[dict[str, str], ...] = ()
+    exclude: tuple[Rule, ...] = ()
+    select: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    build_from_source: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated matrix file."""
+
+    path: str
+    profiles: dict[str, Profile]
+    scenarios: dict[str, Scenario] = field(default_factory=dict)
+
+
+# ---- field checks: each returns an error fragment, or None when the value is fine -------------
+
+
+def _bad_chars(value: str) -> str:
+    bad = sorted({c for c in value if not re.match(r"[A-Za-z0-9._+-]", c)})
+    shown = ", ".join(repr(c) for c in bad)
+    return f"it contains {shown}, characters never passed to a shell or a Dockerfile"
+
+
+def check_version(value: str, example: str = "2.5.1") -> str | None:
+    """PEP 440 release versions only, and nothing a shell or Dockerfile could interpret."""
+    if not _SAFE.match(value):
+        return f"'{value}' is not a version: {_bad_chars(value)}; write a PEP 440 version such as {example}"
+    try:
+        Version(value)
+    except InvalidVersion:
+        return f"'{value}' is not a PEP 440 version; write one such as {example}"
+    if not _PEP440.match(value):
+        return f"'{value}' is not in canonical PEP 440 form; write one such as {example}"
+    return None
+
+
+def check_pattern(value: str) -> str | None:
+    """An fnmatch pattern over names and versions: their characters plus `*`, `?` and brace lists."""
+    if re.fullmatch(r"[A-Za-z0-9._+*?{},/-]+", value):
+        return None
+    bad = ", ".join(repr(c) for c in sorted({c for c in value if not re.match(r"[A-Za-z0-9._+*?{},/-]", c)}))
+    return f"'{value}' is not a pattern: it contains {bad}; use names, versions, '*', '?' and {{a,b}}"
+
+
+def _check_cuda(value: str) -> str | None:
+    if value == "none":
+        return None
+    if not _SAFE.match(value):
+        return f"'{value}' is not a CUDA version: {_bad_chars(value)}; write MAJOR.MINOR such as 12.4, or none"
+    if not _CUDA.match(value):
+        return f"'{value}' is not a CUDA version; write MAJOR.MINOR such as 12.4 (quote it), or none for CPU builds"
+    return None
+
+
+def _check_flash(value: str) -> str | None:
+    return None if value == "none" else check_version(value, "2.7.4.post1")
+
+
+def _check_python(value: str) -> str | None:
+    if not _SAFE.match(value):
+        return f"'{value}' is not a Python version: {_bad_chars(value)}; write 3.MINOR such as 3.11"
+    return None if _PYTHON.match(value) else f"'{value}' is not a Python version; write 3.MINOR such as 3.11"
+
+
+def _check_gpu(value: str) -> str | None:
+    if value in catalog.GPUS:
+        return None
+    return f"unknown GPU '{value}'{_did_you_mean(value, list(catalog.GPUS))}; known: {', '.join(catalog.GPUS)}"
+
+
+AXIS_CHECKS: dict[str, Callable[[str], str | None]] = {
+    "cuda": _check_cuda,
+    "torch": lambda v: check_version(v, "2.5.1"),
+    "transformers": lambda v: check_version(v, "4.51.3"),
+    "flash_attn": _check_flash,
+    "gpu": _check_gpu,
+    "python": _check_python,
+}
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    lowered = {c.lower(): c for c in choices}
+    if word.lower() in lowered:
+        return f" (did you mean '{lowered[word.lower()]}'?)"
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "dtype": ("fp32", "bf16", "fp16"),
+    "attn": ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"),
+    "grad_ckpt": ("off", "reentrant", "non_reentrant"),
+    "std": ("biased", "unbiased"),
+    "fault": ("none", "broken_attention", "sigfpe"),
+    "expect": EXPECTABLE,
+}
+RANGES: dict[str, tuple[float, float]] = {
+    "world_size": (1, 64),
+    "num_generations": (1, 64),
+    "temperature": (1e-6, 100.0),
+    "top_p": (1e-9, 1.0),
+    "top_k": (0, 100000),
+    "steps": (1, 10000),
+    "beta": (0.0, 100.0),
+    "lr": (0.0, 10.0),
+    "seed": (0, 2**31 - 1),
+}
+SCENARIO_FIELDS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else type(f.default) for f in fields(Scenario)}
+SCENARIO_FIELDS.update({"expect": str, "name": str})
+
+
+class _Checker:
+    """Walks the loaded document and collects every problem with its location."""
+
+    def __init__(self, src: Source) -> None:
+        self.src = src
+        self.problems: list[str] = []
+
+    def err(self, path: Path_, message: str) -> None:
+        self.problems.append(f"{self.src.where(path)}: {message}")
+
+    def mapping(self, value: Any, path: Path_, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.err(path, f"must be a mapping (key: value), got {_kind(value)}")
+            return {}
+        for key in value:
+            if key not in allowed:
+                self.err(path + (key,), f"unknown key '{key}'{_did_you_mean(key, list(allowed))}; allowed: {', '.join(allowed)}")
+        for key in required:
+            if key not in value:
+                self.err(path, f"missing required key '{key}'")
+        return {k: v for k, v in value.items() if k in allowed}
+
+    def string_list(self, value: Any, path: Path_, check: Callable[[str], str | None] | None = None, *, allow_empty: bool = False) -> tuple[str, ...]:
+        items = value if isinstance(value, list) else [value]
+        if isinstance(value, (dict, bool)) or value is None:
+            self.err(path, f"must be a list of values, got {_kind(value)}")
+            return ()
+        if not items and not allow_empty:
+            self.err(path, "is empty: an axis needs at least one value (a cell needs a value of every axis)")
+            return ()
+        out: list[str] = []
+        for i, item in enumerate(items):
+            ipath = path + (i,) if isinstance(value, list) else path
+            if isinstance(item, (dict, list, bool)) or item is None:
+                self.err(ipath, f"must be a single value, got {_kind(item)}")
+                continue
+            text = str(item)
+            problem = check(text) if check else None
+            if problem:
+                self.err(ipath, problem)
+            elif text in out:
+                self.err(ipath, f"duplicate value '{text}' (already at index {out.index(text)})")
+            else:
+                out.append(text)
+        return tuple(out)
+
+    def scalar(self, name: str, value: Any, path: Path_) -> Any:
+        """Convert one scenario field to its declared type, or record why it cannot be."""
+        want = SCENARIO_FIELDS[name]
+        if want is bool:
+            if isinstance(value, bool):
+                return value
+            self.err(path, f"must be true or false, got {_kind(value)} {value!r}")
+            return None
+        if isinstance(value, (bool, dict, list)) or value is None:
+            self.err(path, f"must be a {want.__name__}, got {_kind(value)}")
+            return None
+        if want is int:
+            if not isinstance(value, int):
+                self.err(path, f"must be an integer, got {value!r}")
+                return None
+            number: Any = value
+        elif want is float:
+            try:
+                number = float(value)
+            except ValueError:
+                self.err(path, f"must be a number, got {value!r}")
+                return None
+        else:
+            number = str(value)
+            if name in CHOICES and number not in CHOICES[name]:
+                self.err(path, f"'{number}' is not one of {', '.join(CHOICES[name])}{_did_you_mean(number, list(CHOICES[name]))}")
+                return None
+            return number
+        lo, hi = RANGES.get(name, (float("-inf"), float("inf")))
+        if not lo <= number <= hi:
+            self.err(path, f"{number} is out of range [{lo:g}, {hi:g}]")
+            return None
+        return number
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", bool: "a boolean", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+TOP_KEYS = ("version", "profiles", "scenarios")
+PROFILE_KEYS = AXES + ("scenarios", "include", "exclude", "select", "skip", "build_from_source", "description")
+RULE_KEYS = AXES + ("scenario", "reason")
+
+
+def _scenarios(ck: _Checker, raw: Any) -> dict[str, Scenario]:
+    out: dict[str, Scenario] = {}
+    if not isinstance(raw, dict) or not raw:
+        ck.err(("scenarios",), "must be a non-empty mapping of scenario name → settings")
+        return out
+    allowed = tuple(n for n in SCENARIO_FIELDS if n != "name")
+    for name, body in raw.items():
+        path: Path_ = ("scenarios", name)
+        if not _NAME.match(name):
+            ck.err(path, f"scenario name '{name}' must be lower-case letters, digits, '.', '_' or '-' (it goes into cell ids)")
+            continue
+        body = {} if body is None else body
+        values = ck.mapping(body, path, allowed)
+        kwargs: dict[str, Any] = {}
+        for key, value in values.items():
+            converted = ck.scalar(key, value, path + (key,))
+            if converted is not None:
+                kwargs[key] = converted
+        out[name] = Scenario(name=name, **kwargs)
+    return out
+
+
+def _rule(ck: _Checker, raw: Any, path: Path_, scenario_names: list[str]) -> Rule | None:
+    values = ck.mapping(raw, path, RULE_KEYS)
+    match: list[tuple[str, tuple[str, ...]]] = []
+    for key, value in values.items():
+        if key == "reason":
+            continue
+        patterns = ck.string_list(value, path + (key,), check_pattern)
+        if key == "scenario":
+            for i, p in enumerate(patterns):
+                if not any(re.fullmatch(_glob(p), s) for s in scenario_names):
+                    ck.err(path + (key, i) if isinstance(value, list) else path + (key,), f"'{p}' matches no scenario{_did_you_mean(p, scenario_names)}")
+        match.append((key, patterns))
+    if not match:
+        ck.err(path, f"a rule needs at least one of {', '.join(RULE_KEYS[:-1])}")
+        return None
+    return Rule(where=".".join(str(p) for p in path[:2]) + f".{path[2]}[{path[3]}]", match=tuple(match), reason=str(values.get("reason", "")))
+
+
+def _glob(pattern: str) -> str:
+    return re.escape(pattern).replace(r"\*", ".*").replace(r"\?", ".")
+
+
+def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) -> Profile | None:
+    path: Path_ = ("profiles", name)
+    if not _NAME.match(name):
+        ck.err(path, f"profile name '{name}' must be lower-case letters, digits, '.', '_' or '-'")
+    values = ck.mapping(raw, path, PROFILE_KEYS, required=AXES)
+    axes = {axis: ck.string_list(values[axis], path + (axis,), AXIS_CHECKS[axis]) for axis in AXES if axis in values}
+    names = list(scenarios)
+    chosen = ck.string_list(values.get("scenarios", names), path + ("scenarios",))
+    for i, s in enumerate(chosen):
+        if s not in scenarios:
+            ck.err(path + ("scenarios", i), f"scenario '{s}' is not defined under scenarios:{_did_you_mean(s, names)}")
+    include: list[dict[str, str]] = []
+    for i, entry in enumerate(values.get("include", []) or []):
+        ipath = path + ("include", i)
+        body = ck.mapping(entry, ipath, AXES)
+        env: dict[str, str] = {}
+        for axis in AXES:
+            if axis in body:
+                got = ck.string_list(body[axis], ipath + (axis,), AXIS_CHECKS[axis])
+                if len(got) == 1:
+                    env[axis] = got[0]
+                elif got:
+                    ck.err(ipath + (axis,), "an include entry names one value per axis")
+            elif len(axes.get(axis, ())) == 1:
+                env[axis] = axes[axis][0]
+            else:
+                ck.err(ipath, f"missing '{axis}' (the profile has several values for it; name one)")
+        if len(env) == len(AXES):
+            include.append(env)
+    exclude = [_rule(ck, r, path + ("exclude", i), names) for i, r in enumerate(values.get("exclude", []) or [])]
+    patterns = {key: ck.string_list(values.get(key, []), path + (key,), check_pattern, allow_empty=True) for key in ("select", "skip")}
+    bfs = values.get("build_from_source", False)
+    if not isinstance(bfs, bool):
+        ck.err(path + ("build_from_source",), f"must be true or false, got {bfs!r}")
+    if len(axes) != len(AXES):
+        return None
+    return Profile(
+        name=name,
+        axes=axes,
+        scenarios=tuple(s for s in chosen if s in scenarios),
+        include=tuple(include),
+        exclude=tuple(r for r in exclude if r is not None),
+        select=patterns["select"],
+        skip=patterns["skip"],
+        build_from_source=bfs is True,
+        description=str(values.get("description", "")),
+    )
+
+
+def parse(src: Source) -> Spec:
+    """Validate a loaded document; raise SpecError listing every problem."""
+    ck = _Checker(src)
+    top = ck.mapping(src.data, (), TOP_KEYS, required=("profiles", "scenarios"))
+    if "version" in top and top["version"] != 1:
+        ck.err(("version",), f"unsupported matrix version {top['version']!r}; this envmatrix reads version 1")
+    scenarios = _scenarios(ck, top.get("scenarios")) if "scenarios" in top else {}
+    profiles: dict[str, Profile] = {}
+    raw_profiles = top.get("profiles")
+    if "profiles" in top and (not isinstance(raw_profiles, dict) or not raw_profiles):
+        ck.err(("profiles",), "must be a non-empty mapping of profile name → axes")
+    elif isinstance(raw_profiles, dict):
+        for name, body in raw_profiles.items():
+            prof = _profile(ck, name, body, scenarios)
+            if prof is not None:
+                profiles[name] = prof
+    if ck.problems:
+        raise SpecError(ck.problems)
+    return Spec(path=src.name, profiles=profiles, scenarios=scenarios)
+
+
+def load(path: str | Path) -> Spec:
+    """Read and validate a matrix file."""
+    return parse(load_yaml(Path(path)))
