@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Callable, Sequence
 
 from rich.console import Console
@@ -12,7 +14,11 @@ from rich.table import Table
 
 from . import __version__, plan
 from .cells import SKIPPED, Cell, expand
+from .classify import RunFacts, classify, control_status
 from .errors import EnvmatrixError, InputError
+from .execute import probe_command, run_logged
+from .logscan import scan_stream
+from .runfacts import gather
 from .hostinfo import default_profile, detect_gpus
 from .spec import Spec, load
 
@@ -64,6 +70,73 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_classify(args: argparse.Namespace) -> int:
+    """Classify a user's own training log: class, evidence line, remedy. Exit 0 whatever the class."""
+    if args.log == "-":
+        scan = scan_stream(sys.stdin.buffer)
+    else:
+        try:
+            with open(args.log, "rb") as fh:
+                scan = scan_stream(fh)
+        except OSError as exc:
+            raise InputError(f"{args.log}: cannot read the log: {exc.strerror or exc}; pass a readable file or - for standard input") from None
+    verdict = classify(RunFacts(scan=scan, exit_code=args.exit_code))
+    if args.json:
+        print(json.dumps({**verdict.as_dict(), "lines": scan.lines, "bytes": scan.size}, indent=2))
+    else:
+        print(f"class:    {verdict.outcome}")
+        print(f"evidence: {verdict.evidence}")
+        print(f"remedy:   {verdict.remedy}")
+        if verdict.also:
+            print(f"also:     {', '.join(verdict.also)}")
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Run the probe in this interpreter: does MY environment train cleanly?"""
+    spec = load(args.file)
+    if args.scenario not in spec.scenarios:
+        raise InputError(f"--scenario {args.scenario}: not defined in {args.file}; defined: {', '.join(spec.scenarios)}")
+    scenario = spec.scenarios[args.scenario]
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="envmatrix-probe-"))
+    log = out / "probe.log"
+    done = run_logged(probe_command(sys.executable, scenario, out), log, timeout=args.timeout)
+    facts = gather(out, log, exit_code=done.exit_code, timed_out=done.timed_out)
+    verdict = classify(facts)
+    result = facts.result or {}
+    summary = {
+        "scenario": scenario.name,
+        "expect": scenario.expect,
+        "control": control_status(scenario.expect, verdict.outcome),
+        **verdict.as_dict(),
+        "exit_code": done.exit_code,
+        "seconds": done.seconds,
+        "out": str(out),
+        "log": str(log),
+        "metrics": list(facts.metrics),
+        "result": result,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+        return 0
+    console = Console()
+    table = Table(title=f"probe {scenario.name}: {len(facts.metrics)} steps in {done.seconds} s")
+    cols = ("step", "loss", "grad_norm", "reward", "reward_std", "frac_reward_zero_std", "step_time")
+    for col in cols:
+        table.add_column(col)
+    for m in facts.metrics:
+        table.add_row(*(f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c)) for c in cols))
+    console.print(table)
+    env = result.get("env") or {}
+    console.print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if v is not None))
+    console.print(f"class: [bold]{verdict.outcome}[/]  evidence: {verdict.evidence}")
+    console.print(f"remedy: {verdict.remedy}")
+    if summary["control"]:
+        console.print(f"control (expects {scenario.expect}): {summary['control']}")
+    console.print(f"log: {log}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line; each subcommand stores its handler in `func`."""
     parser = argparse.ArgumentParser(prog="envmatrix", description="Which CUDA / PyTorch / transformers / flash-attn stacks train cleanly, by experiment.")
@@ -74,6 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p)
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=cmd_plan)
+    p = sub.add_parser("classify", help="tell which known failure a training log shows, with evidence and remedy")
+    p.add_argument("log", help="the log file, or - for standard input")
+    p.add_argument("--exit-code", type=int, default=None, help="the run's exit status (-N or 128+N for signal N)")
+    p.add_argument("--json", action="store_true", help="print an object with class, evidence and remedy")
+    p.set_defaults(func=cmd_classify)
+    p = sub.add_parser("probe", help="run the GRPO smoke probe in this interpreter and classify it")
+    p.add_argument("--file", default="matrix.yaml", help="the matrix file the scenario comes from")
+    p.add_argument("--scenario", default="fp32-sdpa", help="scenario name in the matrix file (default fp32-sdpa)")
+    p.add_argument("--out", default=None, help="output folder (default: a new temporary folder)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the probe is killed")
+    p.add_argument("--json", action="store_true", help="print what it measured and the verdict as JSON")
+    p.set_defaults(func=cmd_probe)
     return parser
 
 

@@ -1,0 +1,249 @@
+"""Pure classification: everything a run left → one outcome, with its evidence and a remedy.
+
+Rules are ordered; the first that fires wins, and the others that fire are kept as `also`. The order
+is deliberate (and tested): a root cause beats its consequences. A SIGFPE that kills rank 1 beats the
+NCCL timeout rank 0 logs next; a NaN loss beats the `probability tensor` crash it causes in `generate`;
+garbled attention beats the zero advantages it produces; specific crashes beat a wall-clock timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .logscan import LogScan
+from .outcomes import Outcome
+
+REMEDIES: dict[str, str] = {
+    "ok": "nothing to fix: this stack trains cleanly in this scenario",
+    "garbled_output": "install the flash-attn wheel built for this exact torch version, CUDA and C++ ABI "
+    "(pip install flash-attn --no-build-isolation), pad on the left for generation, or fall back to sdpa",
+    "nan_loss": "use num_generations >= 2 (a group of one has no std); for Gemma-2 use eager attention or flash-attn >= 2.6.3; "
+    "prefer bf16 over fp16",
+    "zero_grad": "sample with temperature ~1.0 and top_p 0.8-1.0, and do not let the model's generation_config override "
+    "the trainer's sampling settings; if completions are gibberish, check attention (garbled output)",
+    "grad_lost": "use gradient_checkpointing_kwargs={'use_reentrant': False}, or call model.enable_input_require_grads() "
+    "before training with frozen inputs (LoRA, frozen embeddings), or disable gradient checkpointing",
+    "ddp_ready_twice": "use gradient_checkpointing_kwargs={'use_reentrant': False}, or ddp_find_unused_parameters=False, "
+    "or static_graph=True",
+    "sigfpe": "on H20/Hopper use cuBLAS >= 12.3.4.1 / 12.4.5.8 (torch cu124+ wheels) and make sure that library is the one "
+    "loaded (check LD_LIBRARY_PATH for an older system CUDA)",
+    "import_abi": "install the flash-attn (or extension) wheel whose torch version, CUDA and CXX11 ABI match the installed torch; "
+    "make sure no system CUDA shadows pip's libraries",
+    "unsupported_gpu": "use a torch/flash-attn build that ships kernels for this GPU architecture, or another GPU "
+    "(FlashAttention-2 needs sm80+)",
+    "driver_too_old": "use a torch build for an older CUDA (e.g. cu126 instead of cu130), or upgrade the NVIDIA driver",
+    "oom": "lower the batch size or sequence length, enable gradient checkpointing, or use a GPU with more memory",
+    "nccl_error": "look for the rank that failed first (its error is the cause); otherwise check NCCL_DEBUG=INFO output, "
+    "the network between GPUs, and raise the collective timeout only if a step is legitimately slow",
+    "timeout": "the run hung or was too slow: look at the log tail for the last step reached; raise --timeout if it was making progress",
+    "crash": "the process was killed by a signal: check the system log for the OOM killer (signal 9) or a native crash (signal 11)",
+    "error": "read the evidence line and the log tail: this failure matches no known signature",
+    "build_failed": "read the failing build step in the log; pin versions that publish wheels for this Python/CUDA",
+    "skipped": "see the reason: the catalog rules this combination out",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The classification of one run."""
+
+    outcome: str
+    evidence: str
+    remedy: str
+    rule: str
+    also: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form: `class`, `evidence`, `remedy`, plus the rule and the other classes seen."""
+        return {"class": self.outcome, "evidence": self.evidence, "remedy": self.remedy, "rule": self.rule, "also": list(self.also)}
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """Everything a run left: the probe's result and metrics when present, exit status, log scan, runner flags."""
+
+    scan: LogScan = field(default_factory=LogScan)
+    exit_code: int | None = None
+    result: dict[str, Any] | None = None
+    metrics: tuple[dict[str, Any], ...] = ()
+    timed_out: bool = False
+    build_failed: str | None = None
+
+
+def signal_number(exit_code: int | None) -> int | None:
+    """The signal that ended a process: -N from Python's subprocess, 128+N from a shell."""
+    if exit_code is None:
+        return None
+    if exit_code < 0:
+        return -exit_code
+    if 128 < exit_code < 160:
+        return exit_code - 128
+    return None
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+Rule = Callable[[RunFacts], "str | None"]
+
+
+def _log(outcome: str) -> Rule:
+    def rule(f: RunFacts) -> str | None:
+        hit = f.scan.first(outcome)
+        return hit.quote() if hit else None
+
+    return rule
+
+
+def _sigfpe(f: RunFacts) -> str | None:
+    if signal_number(f.exit_code) == signal.SIGFPE:
+        hit = f.scan.first("sigfpe")
+        return f"process died of SIGFPE (exit status {f.exit_code})" + (f"; {hit.quote()}" if hit else "")
+    return _log("sigfpe")(f)
+
+
+def _nan(f: RunFacts) -> str | None:
+    res = f.result or {}
+    step = res.get("first_nonfinite_step")
+    if step is not None:
+        row = next((m for m in f.metrics if m.get("step") == step), {})
+        return f"probe: first non-finite step {step} (loss {row.get('loss')}, grad_norm {row.get('grad_norm')})"
+    for row in f.metrics:
+        for key in ("loss", "grad_norm"):
+            value = row.get(key)
+            if isinstance(value, float) and not math.isfinite(value):
+                return f"metrics step {row.get('step')}: {key} {value}"
+    if f.scan.nonfinite is not None:
+        return f.scan.nonfinite.quote()
+    return _log("nan_loss")(f)
+
+
+def _grad_lost(f: RunFacts) -> str | None:
+    params = (f.result or {}).get("params") or {}
+    with_grad, total = params.get("with_grad"), params.get("trainable")
+    if isinstance(with_grad, int) and isinstance(total, int) and 0 < with_grad < total:
+        missing = params.get("without_grad") or []
+        example = f" (e.g. {missing[0]})" if missing else ""
+        return f"probe: {total - with_grad} of {total} trainable parameters never received a gradient{example}"
+    return _log("grad_lost")(f)
+
+
+def _garbled(f: RunFacts) -> str | None:
+    parity = (f.result or {}).get("parity") or {}
+    if parity.get("within_tolerance") is False:
+        return (
+            f"probe: attention parity failed: {parity.get('implementation')} {parity.get('dtype')} logits vs fp32 eager "
+            f"rel err {parity.get('rel_err'):.3g} > tolerance {parity.get('tolerance'):.3g} "
+            f"(same-dtype eager {parity.get('baseline_rel_err'):.3g})"
+        )
+    return _log("garbled_output")(f)
+
+
+FIRST_STEPS = 3
+
+
+def _zero_grad(f: RunFacts) -> str | None:
+    rows = [m for m in f.metrics if isinstance(m.get("grad_norm"), (int, float))][:FIRST_STEPS]
+    if rows and all(m["grad_norm"] == 0 for m in rows):
+        last = rows[-1]
+        return (
+            f"probe: grad_norm 0.0 on steps {rows[0].get('step')}-{last.get('step')} "
+            f"(reward_std {last.get('reward_std')}, frac_reward_zero_std {last.get('frac_reward_zero_std')})"
+        )
+    if f.metrics:
+        return None
+    norms = f.scan.metrics.get("grad_norm", [])[:FIRST_STEPS]
+    if norms and all(v == 0 for v, _ in norms):
+        return norms[0][1].quote()
+    return None
+
+
+def _timeout(f: RunFacts) -> str | None:
+    return "the run exceeded its wall-clock timeout and was killed" if f.timed_out else None
+
+
+def _crash(f: RunFacts) -> str | None:
+    num = signal_number(f.exit_code)
+    if num is not None and num not in (signal.SIGINT, signal.SIGTERM, signal.SIGFPE):
+        return f"process killed by {_signal_name(num)} (exit status {f.exit_code})"
+    return _log("crash")(f)
+
+
+def _error(f: RunFacts) -> str | None:
+    res = f.result or {}
+    if res.get("error"):
+        err = res["error"]
+        return f"probe raised {err.get('type')} during {err.get('stage')}: {str(err.get('message'))[:300]}"
+    if f.exit_code not in (None, 0):
+        hit = f.scan.first("error")
+        return f"exit status {f.exit_code}" + (f"; {hit.quote()}" if hit else "")
+    if res and not res.get("finished", True):
+        return f"probe did not finish (stage {res.get('stage')}) and left no error"
+    return _log("error")(f)
+
+
+def _build(f: RunFacts) -> str | None:
+    return f.build_failed
+
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    (Outcome.BUILD_FAILED.value, _build),
+    (Outcome.SIGFPE.value, _sigfpe),
+    (Outcome.IMPORT_ABI.value, _log("import_abi")),
+    (Outcome.DRIVER_TOO_OLD.value, _log("driver_too_old")),
+    (Outcome.UNSUPPORTED_GPU.value, _log("unsupported_gpu")),
+    (Outcome.OOM.value, _log("oom")),
+    (Outcome.DDP_READY_TWICE.value, _log("ddp_ready_twice")),
+    (Outcome.NAN_LOSS.value, _nan),
+    (Outcome.GARBLED_OUTPUT.value, _garbled),
+    (Outcome.GRAD_LOST.value, _grad_lost),
+    (Outcome.ZERO_GRAD.value, _zero_grad),
+    (Outcome.NCCL_ERROR.value, _log("nccl_error")),
+    (Outcome.TIMEOUT.value, _timeout),
+    (Outcome.CRASH.value, _crash),
+    (Outcome.ERROR.value, _error),
+)
+
+
+def _ok_evidence(f: RunFacts) -> str:
+    res = f.result
+    if not res:
+        norms = [v for v, _ in f.scan.metrics.get("grad_norm", [])]
+        if norms:
+            return f"no failure signature; grad_norm {norms[0]:.3g} > 0 on the first logged step"
+        return "no failure signature in the log and a clean exit"
+    parts = [f"finished {res.get('steps_completed')} steps"]
+    norms = [m["grad_norm"] for m in f.metrics if isinstance(m.get("grad_norm"), (int, float))]
+    if norms:
+        parts.append(f"grad_norm {norms[0]:.3g} > 0")
+    params = res.get("params") or {}
+    if params:
+        parts.append(f"{params.get('changed')}/{params.get('trainable')} trainable parameters changed")
+    parity = res.get("parity") or {}
+    if parity:
+        parts.append(f"parity rel err {parity.get('rel_err'):.2g} within {parity.get('tolerance'):.2g}")
+    return "; ".join(parts)
+
+
+def classify(facts: RunFacts) -> Verdict:
+    """The first rule that fires decides; every other rule that fires is listed in `also`."""
+    fired = [(name, evidence) for name, rule in RULES if (evidence := rule(facts))]
+    if not fired:
+        return Verdict("ok", _ok_evidence(facts), REMEDIES["ok"], "ok")
+    name, evidence = fired[0]
+    also = tuple(dict.fromkeys(n for n, _ in fired[1:] if n not in (name, "error")))
+    return Verdict(name, evidence, REMEDIES[name], name, also)
+
+
+def control_status(expect: str | None, outcome: str) -> str | None:
+    """`reproduced` / `not reproduced` for a control; None for a scenario without expectation."""
+    if expect is None:
+        return None
+    return "reproduced" if outcome == expect else "not reproduced"

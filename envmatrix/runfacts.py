@@ -1,0 +1,52 @@
+"""Gather what a run left in its folder (result.json, metrics.jsonl, the log) into RunFacts for classify."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .classify import RunFacts
+from .logscan import scan_stream
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a file, or None when it is missing or unreadable (a killed probe may leave none)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_metrics(path: Path) -> tuple[dict[str, Any], ...]:
+    """metrics.jsonl rows; a torn last line (process killed mid-write) is dropped."""
+    rows: list[dict[str, Any]] = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return ()
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return tuple(rows)
+
+
+def gather(out_dir: Path, log_path: Path | None, *, exit_code: int | None, timed_out: bool = False, build_failed: str | None = None) -> RunFacts:
+    """RunFacts from a probe output folder and its log."""
+    scan = None
+    if log_path is not None and log_path.exists():
+        with log_path.open("rb") as fh:
+            scan = scan_stream(fh)
+    return RunFacts(
+        **({"scan": scan} if scan is not None else {}),
+        exit_code=exit_code,
+        result=read_json(out_dir / "result.json"),
+        metrics=read_metrics(out_dir / "metrics.jsonl"),
+        timed_out=timed_out,
+        build_failed=build_failed,
+    )
