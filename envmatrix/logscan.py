@@ -27,15 +27,20 @@ SIGNATURES: dict[str, str] = {
     "sigfpe:elastic": r"Signal 8 \(SIGFPE\)",
     "sigfpe:torchrun": r"exitcode\s*:\s*-8\b",
     "sigfpe:shell": r"Floating point exception",
-    "sigfpe:name": r"\bSIGFPE\b",
+    "sigfpe:name": r"SIGFPE\b",
     "import_abi:symbol": r"undefined symbol:\s*\S+",
-    "import_abi:glibc": r"`?(?:GLIBC|GLIBCXX|CXXABI)_[0-9.]+'?\s+not found",
+    "import_abi:glibc": r"GLIBC_[0-9.]+'?\s+not found",
+    "import_abi:glibcxx": r"GLIBCXX_[0-9.]+'?\s+not found",
+    "import_abi:cxxabi": r"CXXABI_[0-9.]+'?\s+not found",
     "import_abi:wrapped": r"Failed to import transformers\.[\w.]+ because of the following error",
-    "driver_too_old:msg": r"NVIDIA driver on your system is too old|CUDA driver version is insufficient",
+    "driver_too_old:old": r"NVIDIA driver on your system is too old",
+    "driver_too_old:insufficient": r"CUDA driver version is insufficient",
     "unsupported_gpu:fa2": r"FlashAttention only supports Ampere GPUs or newer",
     "unsupported_gpu:kernel": r"no kernel image is available for execution on the device",
-    "unsupported_gpu:sm": r"sm_\d+ is not compatible with the current PyTorch installation",
-    "oom:cuda": r"CUDA out of memory|OutOfMemoryError|DefaultCPUAllocator: can't allocate memory",
+    "unsupported_gpu:sm": r"is not compatible with the current PyTorch installation",
+    "oom:cuda": r"CUDA out of memory",
+    "oom:error": r"OutOfMemoryError",
+    "oom:cpu": r"DefaultCPUAllocator: can't allocate memory",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
     "grad_lost:element0": r"element\s+0\s+of\s+tensors\s+does\s+not\s+require\s+grad",
@@ -43,20 +48,28 @@ SIGNATURES: dict[str, str] = {
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
-    "garbled_output:repeat": r"\b(?P<tok>\d{2,})(?:,\s*(?P=tok)\b){15,}",
-    "garbled_output:bangs": r"!{24,}",
+    "garbled_output:repeat": r", (?P<tok>\d\d+), (?P=tok), (?P=tok), (?:(?P=tok),\s*){12,}",
+    "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
     "nccl_error:watchdog": r"Watchdog caught collective operation timeout",
-    "nccl_error:error": r"NCCL error in:|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|NCCL communicator was aborted",
-    "crash:signal": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b|Segmentation fault|Bus error|Signal (?:4|6|7|9|11) \(SIG\w+\) received",
+    "nccl_error:error": r"NCCL error in:",
+    "nccl_error:unhandled": r"ncclUnhandledCudaError",
+    "nccl_error:system": r"ncclSystemError",
+    "nccl_error:internal": r"ncclInternalError",
+    "nccl_error:aborted": r"NCCL communicator was aborted",
+    "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
+    "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
+    "crash:segv": r"Segmentation fault",
+    "crash:bus": r"Bus error",
     "error:traceback": r"Traceback \(most recent call last\)",
 }
 
-_SIG = re.compile("|".join(f"(?P<g{i}>{p})" for i, p in enumerate(SIGNATURES.values())).encode())
-_SIG_NAMES = list(SIGNATURES)
+# One pattern per signature, each opening with a literal: the regex engine then skips ahead with a
+# fast literal search. (One big alternation is tried at every byte: 2 MiB/s instead of hundreds.)
+_SIGS = [(name, re.compile(p.encode())) for name, p in SIGNATURES.items()]
 
-_NUM = rb"['\"]?\s*(?:[:=]\s*|\s+)['\"]?(-?(?:nan|inf|\d+(?:\.\d*)?(?:e[-+]?\d+)?))\b"
-_METRIC = re.compile(rb"(?<![\w/])['\"]?(loss|grad_norm|reward_std|frac_reward_zero_std)" + _NUM, re.IGNORECASE)
-_NONFINITE = re.compile(rb"(?<![\w/])['\"]?(loss|grad_norm)['\"]?\s*(?:[:=]\s*|\s+)['\"]?-?(nan|inf)\b", re.IGNORECASE)
+_SEP = rb"['\"]?\s*(?:[:=]\s*|\s+)['\"]?"
+_METRIC = re.compile(rb"(loss|grad_norm|reward_std|frac_reward_zero_std)" + _SEP + rb"(-?(?:[nN]a[nN]|[iI]nf|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))\b")
+_NONFINITE = [re.compile(key + _SEP + rb"-?(?:[nN]a[nN]|[iI]nf)\b") for key in (rb"loss", rb"grad_norm")]
 
 
 @dataclass(frozen=True)
@@ -94,6 +107,12 @@ class LogScan:
         return [v for v, _ in self.metrics.get(key, [])]
 
 
+def _is_key(buf: bytes, start: int) -> bool:
+    """A metric name stands alone (`'loss'`, ` loss`), not inside another (`val_loss`, `loss/x`)."""
+    before = buf[start - 1 : start]
+    return not before or not (before.isalnum() or before in (b"_", b"/"))
+
+
 def _line_at(buf: bytes, start: int, end: int) -> str:
     """The text of the line (or \\r-segment) around buf[start:end], cleaned and shortened."""
     lo = max(buf.rfind(b"\n", 0, start), buf.rfind(b"\r", 0, start)) + 1
@@ -109,51 +128,61 @@ def _line_at(buf: bytes, start: int, end: int) -> str:
 class _Scanner:
     def __init__(self) -> None:
         self.scan = LogScan()
+        self.metrics_done = False
 
     def feed(self, buf: bytes, base_line: int) -> None:
         scan = self.scan
-        for m in _SIG.finditer(buf):
-            name = _SIG_NAMES[int(m.lastgroup[1:]) if m.lastgroup else 0]
-            scan.counts[name] = scan.counts.get(name, 0) + 1
-            if name not in scan.hits:
-                scan.hits[name] = Hit(base_line + buf.count(b"\n", 0, m.start()) + 1, _line_at(buf, m.start(), m.end()))
+
+        def hit(m: re.Match[bytes]) -> Hit:
+            return Hit(base_line + buf.count(b"\n", 0, m.start()) + 1, _line_at(buf, m.start(), m.end()))
+
+        for name, pattern in _SIGS:
+            for m in pattern.finditer(buf):
+                scan.counts[name] = scan.counts.get(name, 0) + 1
+                if name not in scan.hits:
+                    scan.hits[name] = hit(m)
         if scan.nonfinite is None:
-            m2 = _NONFINITE.search(buf)
-            if m2 is not None:
-                scan.nonfinite = Hit(base_line + buf.count(b"\n", 0, m2.start()) + 1, _line_at(buf, m2.start(), m2.end()))
-        if sum(len(v) for v in scan.metrics.values()) < 4 * METRIC_VALUES_KEPT:
-            for m3 in _METRIC.finditer(buf):
-                key = m3.group(1).decode().lower()
-                kept = scan.metrics.setdefault(key, [])
-                if len(kept) < METRIC_VALUES_KEPT:
-                    hit = Hit(base_line + buf.count(b"\n", 0, m3.start()) + 1, _line_at(buf, m3.start(), m3.end()))
-                    kept.append((float(m3.group(2)), hit))
+            found = [m for m in (p.search(buf) for p in _NONFINITE) if m is not None and _is_key(buf, m.start())]
+            if found:
+                scan.nonfinite = hit(min(found, key=lambda m: m.start()))
+        if not self.metrics_done:
+            for m in _METRIC.finditer(buf):
+                if not _is_key(buf, m.start()):
+                    continue
+                kept = scan.metrics.setdefault(m.group(1).decode(), [])
+                kept.append((float(m.group(2)), hit(m)))
+                if len(kept) >= METRIC_VALUES_KEPT:  # the early steps are what the rules judge
+                    self.metrics_done = True
+                    break
 
 
 def scan_stream(stream: BinaryIO) -> LogScan:
-    """Scan a binary stream chunk by chunk; memory stays near CHUNK + MAX_LINE whatever the size."""
+    """Scan a binary stream chunk by chunk; memory stays near 2 * CHUNK + MAX_LINE whatever the size.
+
+    A chunk ends at a line end (so a line is never split), unless one line outgrows every bound."""
     scanner = _Scanner()
-    carry = b""
+    buf = b""
     line_no = 0
     while True:
         block = stream.read(CHUNK)
+        scanner.scan.size += len(block)
+        buf += block
+        if block and len(buf) < CHUNK:
+            continue
+        if not block:
+            cut = len(buf)
+        else:
+            cut = buf.rfind(b"\n") + 1
+            if cut == 0:
+                if len(buf) < CHUNK + MAX_LINE:
+                    continue  # no line end yet: wait for more, within bounds
+                cut = len(buf)  # one enormous line: search it as it is
+        whole, buf = _ANSI.sub(b"", buf[:cut]), buf[cut:]
+        if whole:
+            scanner.feed(whole, line_no)
+            line_no += whole.count(b"\n") + (0 if whole.endswith(b"\n") or block else 1)
         if not block:
             break
-        scanner.scan.size += len(block)
-        buf = carry + block
-        cut = buf.rfind(b"\n") + 1
-        if cut == 0 and len(buf) < CHUNK + MAX_LINE:
-            carry = buf  # no line end yet: wait for more, within bounds
-            continue
-        if cut == 0:
-            cut = len(buf)  # one enormous line: search it as it is
-        whole, carry = buf[:cut], buf[cut:]
-        whole = _ANSI.sub(b"", whole)
-        scanner.feed(whole, line_no)
-        line_no += whole.count(b"\n")
-    if carry:
-        scanner.feed(_ANSI.sub(b"", carry), line_no)
-        line_no += 1
     scanner.scan.lines = line_no
     return scanner.scan
 

@@ -174,8 +174,8 @@ def _did_you_mean(word: str, choices: list[str]) -> str:
     lowered = {c.lower(): c for c in choices}
     if word.lower() in lowered:
         return f" (did you mean '{lowered[word.lower()]}'?)"
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
+    return f" (did you mean '{lowered[close[0]]}'?)" if close else ""
 
 
 CHOICES: dict[str, tuple[str, ...]] = {

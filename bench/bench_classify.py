@@ -1,0 +1,64 @@
+"""Classify a generated 1 GB training log: prints seconds, throughput and peak memory (RSS).
+
+    python bench/bench_classify.py [--size-mb 1024] [--keep PATH]
+
+The log is realistic noise (progress bars with \\r, rank-prefixed INFO lines, healthy metric dicts,
+ANSI colours) with a SIGFPE of rank 1 followed by rank 0's NCCL watchdog near the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NOISE = [
+    b"\x1b[32m[INFO]\x1b[0m [rank0]: step %d/100000 lr=1.0e-06 throughput=1234.5 tokens/s\n",
+    b" 42%%|\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88      | %d/10000 [01:02<02:03,  1.23it/s]\r",
+    b"{'loss': 0.0, 'grad_norm': 0.%d, 'learning_rate': 1e-06, 'reward': 0.5, 'reward_std': 0.31, 'kl': 0.0001}\n",
+    b"[rank1]: NCCL INFO Channel 00/%d : 0[0] -> 1[1] via P2P/IPC\n",
+]
+TAIL = (
+    b"[h20-0:1520757:0:1520757] Caught signal 8 (Floating point exception: integer divide by zero)\n"
+    b"[rank0]:[E ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7753)\n"
+)
+
+
+def generate(path: Path, size: int) -> None:
+    block = b"".join(NOISE[i % 4] % (i + 1) for i in range(20000))
+    with path.open("wb") as fh:
+        written = 0
+        while written < size:
+            fh.write(block)
+            written += len(block)
+        fh.write(TAIL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--keep", default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(args.keep) if args.keep else Path(tmp) / "big.log"
+        t = time.perf_counter()
+        generate(path, args.size_mb << 20)
+        print(f"generated {path.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - t:.1f} s")
+        # Classify in a fresh process so its peak RSS is the classifier's alone.
+        code = (
+            "import resource,time,json; from envmatrix.cli import main; t=time.perf_counter();"
+            f"main(['classify', {str(path)!r}, '--json']); "
+            "print('seconds', round(time.perf_counter()-t, 2)); "
+            "print('peak_rss_mib', round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024, 1))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        print(out.strip())
+        secs = float(out.split("seconds")[1].split()[0])
+        print(f"throughput {path.stat().st_size / 2**20 / secs:.0f} MiB/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Shared fixtures: a minimal valid matrix to mutate, and where the real logs are."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL_LOGS = ROOT.parent / "shared" / "real-logs"
+
+BASE: dict[str, Any] = {
+    "version": 1,
+    "profiles": {
+        "gpu": {
+            "cuda": ["12.4"],
+            "torch": ["2.5.1", "2.6.0"],
+            "transformers": ["4.51.3"],
+            "flash_attn": ["none", "2.7.4.post1"],
+            "gpu": ["A100", "H20"],
+            "python": ["3.11"],
+        },
+        "cpu": {
+            "cuda": ["none"],
+            "torch": ["2.13.0"],
+            "transformers": ["4.51.3", "4.57.6"],
+            "flash_attn": ["none"],
+            "gpu": ["cpu"],
+            "python": ["3.11"],
+        },
+    },
+    "scenarios": {
+        "fp32-sdpa": {"dtype": "fp32", "attn": "sdpa"},
+        "bf16-fa2": {"dtype": "bf16", "attn": "flash_attention_2"},
+        "ctl-zero-grad": {"temperature": 0.01, "top_p": 0.001, "expect": "zero_grad"},
+    },
+}
+
+
+@pytest.fixture
+def matrix(tmp_path: Path) -> Callable[..., Path]:
+    """Write BASE (or BASE changed by `edit`, or raw text) to a file and return its path."""
+
+    def make(edit: Callable[[dict[str, Any]], None] | None = None, text: str | None = None) -> Path:
+        path = tmp_path / "matrix.yaml"
+        if text is None:
+            data = copy.deepcopy(BASE)
+            if edit:
+                edit(data)
+            text = yaml.safe_dump(data, sort_keys=False)
+        path.write_text(text)
+        return path
+
+    return make
