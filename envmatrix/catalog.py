@@ -6,8 +6,8 @@ plan as `skipped` with a reason a user can act on; a cell it allows is still tes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import re
+from dataclasses import dataclass
 
 from packaging.version import Version
 
@@ -167,9 +167,7 @@ def flash_wheel_name(release: str, torch: str, cuda: str, python: str) -> str:
     return f"flash_attn-{release}+{tag}torch{minor(torch)}cxx11abi{abi}-{py}-{py}-linux_x86_64.whl"
 
 
-def environment_reasons(
-    *, cuda: str, torch: str, transformers: str, flash_attn: str, gpu: str, python: str, build_from_source: bool
-) -> list[str]:
+def environment_reasons(*, cuda: str, torch: str, transformers: str, flash_attn: str, gpu: str, python: str, build_from_source: bool) -> list[str]:
     """Why this environment cannot be built or run as declared; empty when the catalog sees no obstacle."""
     reasons: list[str] = []
     gpu_info = GPUS[gpu]
@@ -193,10 +191,7 @@ def environment_reasons(
         reasons.append(f"{gpu} ({gpu_info.sm}) needs CUDA ≥ {gpu_info.min_cuda}; CUDA {cuda} has no kernels for it")
     floor = torch_floor(transformers)
     if floor is not None and Version(torch) < Version(floor):
-        reasons.append(
-            f"transformers {transformers} requires torch ≥ {floor} (it disables PyTorch below that); "
-            f"use torch ≥ {floor} or an older transformers"
-        )
+        reasons.append(f"transformers {transformers} requires torch ≥ {floor} (it disables PyTorch below that); use torch ≥ {floor} or an older transformers")
     if flash_attn != "none":
         reasons.extend(_flash_reasons(flash_attn, torch=torch, cuda=cuda, gpu=gpu_info, python=python, build_from_source=build_from_source))
     return reasons

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from . import catalog
 from .spec import AXES, Profile, Rule, Scenario, Spec
@@ -96,7 +96,7 @@ def _rule_matches(rule: Rule, env: Environment, scenario: Scenario) -> bool:
 
 def environments(profile: Profile) -> list[Environment]:
     """The cartesian product of the axes, then the include entries, without repeats, in a stable order."""
-    product = [Environment(**dict(zip(AXES, combo))) for combo in itertools.product(*(profile.axes[a] for a in AXES))]
+    product = [Environment(**dict(zip(AXES, combo, strict=False))) for combo in itertools.product(*(profile.axes[a] for a in AXES))]
     extra = [Environment(**inc) for inc in profile.include]
     return list(dict.fromkeys(product + extra))
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .logscan import LogScan
 from .outcomes import Outcome
@@ -20,20 +21,17 @@ REMEDIES: dict[str, str] = {
     "ok": "nothing to fix: this stack trains cleanly in this scenario",
     "garbled_output": "install the flash-attn wheel built for this exact torch version, CUDA and C++ ABI "
     "(pip install flash-attn --no-build-isolation), pad on the left for generation, or fall back to sdpa",
-    "nan_loss": "use num_generations >= 2 (a group of one has no std); for Gemma-2 use eager attention or flash-attn >= 2.6.3; "
-    "prefer bf16 over fp16",
+    "nan_loss": "use num_generations >= 2 (a group of one has no std); for Gemma-2 use eager attention or flash-attn >= 2.6.3; prefer bf16 over fp16",
     "zero_grad": "sample with temperature ~1.0 and top_p 0.8-1.0, and do not let the model's generation_config override "
     "the trainer's sampling settings; if completions are gibberish, check attention (garbled output)",
     "grad_lost": "use gradient_checkpointing_kwargs={'use_reentrant': False}, or call model.enable_input_require_grads() "
     "before training with frozen inputs (LoRA, frozen embeddings), or disable gradient checkpointing",
-    "ddp_ready_twice": "use gradient_checkpointing_kwargs={'use_reentrant': False}, or ddp_find_unused_parameters=False, "
-    "or static_graph=True",
+    "ddp_ready_twice": "use gradient_checkpointing_kwargs={'use_reentrant': False}, or ddp_find_unused_parameters=False, or static_graph=True",
     "sigfpe": "on H20/Hopper use cuBLAS >= 12.3.4.1 / 12.4.5.8 (torch cu124+ wheels) and make sure that library is the one "
     "loaded (check LD_LIBRARY_PATH for an older system CUDA)",
     "import_abi": "install the flash-attn (or extension) wheel whose torch version, CUDA and CXX11 ABI match the installed torch; "
     "make sure no system CUDA shadows pip's libraries",
-    "unsupported_gpu": "use a torch/flash-attn build that ships kernels for this GPU architecture, or another GPU "
-    "(FlashAttention-2 needs sm80+)",
+    "unsupported_gpu": "use a torch/flash-attn build that ships kernels for this GPU architecture, or another GPU (FlashAttention-2 needs sm80+)",
     "driver_too_old": "use a torch build for an older CUDA (e.g. cu126 instead of cu130), or upgrade the NVIDIA driver",
     "oom": "lower the batch size or sequence length, enable gradient checkpointing, or use a GPU with more memory",
     "nccl_error": "look for the rank that failed first (its error is the cause); otherwise check NCCL_DEBUG=INFO output, "

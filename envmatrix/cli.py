@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -17,9 +17,9 @@ from .cells import SKIPPED, Cell, expand
 from .classify import RunFacts, classify, control_status
 from .errors import EnvmatrixError, InputError
 from .execute import probe_command, run_logged
+from .hostinfo import default_profile, detect_gpus
 from .logscan import scan_stream
 from .runfacts import gather
-from .hostinfo import default_profile, detect_gpus
 from .spec import Spec, load
 
 Handler = Callable[[argparse.Namespace], int]
@@ -39,10 +39,9 @@ def select_cells(args: argparse.Namespace, *, gpu: str | None) -> tuple[Spec, st
     profile = default_profile(detect_gpus()) if args.profile == "auto" else args.profile
     if profile not in spec.profiles:
         raise InputError(f"{args.file}: no profile '{profile}'; the file defines: {', '.join(spec.profiles)}")
-    if gpu is not None:
-        gpus = {g for p in spec.profiles.values() for g in p.axes["gpu"]}
-        if gpu not in spec.profiles[profile].axes["gpu"]:
-            raise InputError(f"--gpu {gpu}: profile '{profile}' has no such GPU; it has {', '.join(spec.profiles[profile].axes['gpu'])} (all profiles: {', '.join(sorted(gpus))})")
+    have = spec.profiles[profile].axes["gpu"]
+    if gpu is not None and gpu not in have:
+        raise InputError(f"--gpu {gpu}: profile '{profile}' has no such GPU; it has {', '.join(have)}")
     return spec, profile, expand(spec, profile, only=args.only, skip=args.skip, gpu=gpu)
 
 
@@ -63,10 +62,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         table.add_row(c.id, e.cuda, e.torch, e.transformers, e.flash_attn, e.gpu, e.python, c.scenario.name, status, c.reason)
     console.print(table)
     tally = plan.counts(cells)
-    console.print(
-        f"{tally.get('planned', 0)} planned, {tally.get('skipped', 0)} skipped; "
-        f"{len(builds)} environments to build (images or venvs)"
-    )
+    console.print(f"{tally.get('planned', 0)} planned, {tally.get('skipped', 0)} skipped; {len(builds)} environments to build (images or venvs)")
     return 0
 
 

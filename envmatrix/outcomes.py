@@ -30,6 +30,4 @@ class Outcome(str, Enum):
 OUTCOME_NAMES: tuple[str, ...] = tuple(o.value for o in Outcome)
 
 #: Outcomes a control may declare with `expect:`; the rest are not failure modes a probe can provoke.
-EXPECTABLE: tuple[str, ...] = tuple(
-    o.value for o in Outcome if o not in (Outcome.OK, Outcome.SKIPPED, Outcome.BUILD_FAILED)
-)
+EXPECTABLE: tuple[str, ...] = tuple(o.value for o in Outcome if o not in (Outcome.OK, Outcome.SKIPPED, Outcome.BUILD_FAILED))

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -217,7 +218,7 @@ class _Checker:
             return {}
         for key in value:
             if key not in allowed:
-                self.err(path + (key,), f"unknown key '{key}'{_did_you_mean(key, list(allowed))}; allowed: {', '.join(allowed)}")
+                self.err((*path, key), f"unknown key '{key}'{_did_you_mean(key, list(allowed))}; allowed: {', '.join(allowed)}")
         for key in required:
             if key not in value:
                 self.err(path, f"missing required key '{key}'")
@@ -233,7 +234,7 @@ class _Checker:
             return ()
         out: list[str] = []
         for i, item in enumerate(items):
-            ipath = path + (i,) if isinstance(value, list) else path
+            ipath = (*path, i) if isinstance(value, list) else path
             if isinstance(item, (dict, list, bool)) or item is None:
                 self.err(ipath, f"must be a single value, got {_kind(item)}")
                 continue
@@ -287,8 +288,8 @@ def _kind(value: Any) -> str:
 
 
 TOP_KEYS = ("version", "profiles", "scenarios")
-PROFILE_KEYS = AXES + ("scenarios", "include", "exclude", "select", "skip", "build_from_source", "description")
-RULE_KEYS = AXES + ("scenario", "reason")
+PROFILE_KEYS = (*AXES, "scenarios", "include", "exclude", "select", "skip", "build_from_source", "description")
+RULE_KEYS = (*AXES, "scenario", "reason")
 
 
 def _scenarios(ck: _Checker, raw: Any) -> dict[str, Scenario]:
@@ -306,7 +307,7 @@ def _scenarios(ck: _Checker, raw: Any) -> dict[str, Scenario]:
         values = ck.mapping(body, path, allowed)
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
-            converted = ck.scalar(key, value, path + (key,))
+            converted = ck.scalar(key, value, (*path, key))
             if converted is not None:
                 kwargs[key] = converted
         out[name] = Scenario(name=name, **kwargs)
@@ -319,11 +320,11 @@ def _rule(ck: _Checker, raw: Any, path: Path_, scenario_names: list[str]) -> Rul
     for key, value in values.items():
         if key == "reason":
             continue
-        patterns = ck.string_list(value, path + (key,), check_pattern)
+        patterns = ck.string_list(value, (*path, key), check_pattern)
         if key == "scenario":
             for i, p in enumerate(patterns):
                 if not any(re.fullmatch(_glob(p), s) for s in scenario_names):
-                    ck.err(path + (key, i) if isinstance(value, list) else path + (key,), f"'{p}' matches no scenario{_did_you_mean(p, scenario_names)}")
+                    ck.err((*path, key, i) if isinstance(value, list) else (*path, key), f"'{p}' matches no scenario{_did_you_mean(p, scenario_names)}")
         match.append((key, patterns))
     if not match:
         ck.err(path, f"a rule needs at least one of {', '.join(RULE_KEYS[:-1])}")
@@ -340,35 +341,35 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
     if not _NAME.match(name):
         ck.err(path, f"profile name '{name}' must be lower-case letters, digits, '.', '_' or '-'")
     values = ck.mapping(raw, path, PROFILE_KEYS, required=AXES)
-    axes = {axis: ck.string_list(values[axis], path + (axis,), AXIS_CHECKS[axis]) for axis in AXES if axis in values}
+    axes = {axis: ck.string_list(values[axis], (*path, axis), AXIS_CHECKS[axis]) for axis in AXES if axis in values}
     names = list(scenarios)
-    chosen = ck.string_list(values.get("scenarios", names), path + ("scenarios",))
+    chosen = ck.string_list(values.get("scenarios", names), (*path, "scenarios"))
     for i, s in enumerate(chosen):
         if s not in scenarios:
-            ck.err(path + ("scenarios", i), f"scenario '{s}' is not defined under scenarios:{_did_you_mean(s, names)}")
+            ck.err((*path, "scenarios", i), f"scenario '{s}' is not defined under scenarios:{_did_you_mean(s, names)}")
     include: list[dict[str, str]] = []
     for i, entry in enumerate(values.get("include", []) or []):
-        ipath = path + ("include", i)
+        ipath = (*path, "include", i)
         body = ck.mapping(entry, ipath, AXES)
         env: dict[str, str] = {}
         for axis in AXES:
             if axis in body:
-                got = ck.string_list(body[axis], ipath + (axis,), AXIS_CHECKS[axis])
+                got = ck.string_list(body[axis], (*ipath, axis), AXIS_CHECKS[axis])
                 if len(got) == 1:
                     env[axis] = got[0]
                 elif got:
-                    ck.err(ipath + (axis,), "an include entry names one value per axis")
+                    ck.err((*ipath, axis), "an include entry names one value per axis")
             elif len(axes.get(axis, ())) == 1:
                 env[axis] = axes[axis][0]
             else:
                 ck.err(ipath, f"missing '{axis}' (the profile has several values for it; name one)")
         if len(env) == len(AXES):
             include.append(env)
-    exclude = [_rule(ck, r, path + ("exclude", i), names) for i, r in enumerate(values.get("exclude", []) or [])]
-    patterns = {key: ck.string_list(values.get(key, []), path + (key,), check_pattern, allow_empty=True) for key in ("select", "skip")}
+    exclude = [_rule(ck, r, (*path, "exclude", i), names) for i, r in enumerate(values.get("exclude", []) or [])]
+    patterns = {key: ck.string_list(values.get(key, []), (*path, key), check_pattern, allow_empty=True) for key in ("select", "skip")}
     bfs = values.get("build_from_source", False)
     if not isinstance(bfs, bool):
-        ck.err(path + ("build_from_source",), f"must be true or false, got {bfs!r}")
+        ck.err((*path, "build_from_source"), f"must be true or false, got {bfs!r}")
     if len(axes) != len(AXES):
         return None
     return Profile(

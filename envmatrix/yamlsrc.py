@@ -22,8 +22,7 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:float"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:float"] for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 
 
@@ -64,14 +63,11 @@ def _convert(loader: _Loader, node: yaml.Node, path: Path_, lines: dict[Path_, i
             key = loader.construct_object(key_node)
             key = str(key) if not isinstance(key, str) else key
             if key in out:
-                problems.append(
-                    f"{name}:{key_node.start_mark.line + 1}: {format_path(path + (key,))}: "
-                    f"duplicate key '{key}'; keep one of them"
-                )
-            out[key] = _convert(loader, value_node, path + (key,), lines, problems, name)
+                problems.append(f"{name}:{key_node.start_mark.line + 1}: {format_path((*path, key))}: duplicate key '{key}'; keep one of them")
+            out[key] = _convert(loader, value_node, (*path, key), lines, problems, name)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(loader, item, path + (i,), lines, problems, name) for i, item in enumerate(node.value)]
+        return [_convert(loader, item, (*path, i), lines, problems, name) for i, item in enumerate(node.value)]
     return loader.construct_object(node)
 
 

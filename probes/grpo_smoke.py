@@ -109,6 +109,7 @@ def save() -> None:
 
 save()
 import torch  # noqa: E402
+import torch.distributed  # noqa: E402
 import transformers  # noqa: E402
 
 RESULT["timings"]["import_s"] = round(time.perf_counter() - T0, 3)
@@ -209,6 +210,7 @@ def tiny_config(tokenizer: Any, attn: str) -> Any:
 
 def build_model(attn: str, tokenizer: Any, state: dict[str, torch.Tensor] | None = None) -> Any:
     """A fresh model per attention implementation (older transformers fix the class at build time)."""
+    model: Any
     if ARGS.model:
         model = transformers.AutoModelForCausalLM.from_pretrained(ARGS.model, attn_implementation=attn, torch_dtype=torch.float32)
     else:
@@ -257,7 +259,7 @@ def parity_check(attn: str, tokenizer: Any, state: dict[str, torch.Tensor], devi
     def logits(impl: str, mixed: bool) -> torch.Tensor:
         model = build_model(impl, tokenizer, state).to(device).eval()
         with torch.no_grad(), autocast(device) if mixed else torch.autocast(device.type, enabled=False):
-            out = model(**batch).logits.float()
+            out: torch.Tensor = model(**batch).logits.float()
         return out[keep]
 
     ref = logits("eager", mixed=False)
@@ -293,14 +295,12 @@ def inject_sigfpe() -> None:
 
 def main() -> int:
     device = torch.device("cuda" if ARGS.device == "auto" and torch.cuda.is_available() else ("cpu" if ARGS.device == "auto" else ARGS.device))
-    dist = None
-    if WORLD > 1:
-        import torch.distributed as dist
-
+    distributed = WORLD > 1
+    if distributed:
         if device.type == "cuda":
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(seconds=ARGS.collective_timeout))
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(seconds=ARGS.collective_timeout))
     RESULT["env"] = environment_facts(device)
     RESULT["stage"] = "build"
     save()
@@ -345,10 +345,8 @@ def main() -> int:
     before = {n: p.detach().clone() for n, p in trainable.items()}
     got_grad: set[str] = set()
     train_model: Any = model
-    if dist is not None:
-        train_model = torch.nn.parallel.DistributedDataParallel(
-            model, find_unused_parameters=ARGS.find_unused_parameters, static_graph=ARGS.static_graph
-        )
+    if distributed:
+        train_model = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=ARGS.find_unused_parameters, static_graph=ARGS.static_graph)
     optimizer = torch.optim.AdamW(list(trainable.values()), lr=ARGS.lr, weight_decay=0.0)  # no decay: "changed" means learned
     gen_config = transformers.GenerationConfig(
         do_sample=True,
@@ -450,9 +448,9 @@ def main() -> int:
     RESULT.update(finished=True, stage="done")
     if metrics_file is not None:
         metrics_file.close()
-    if dist is not None:
-        dist.barrier()
-        dist.destroy_process_group()
+    if distributed:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     return 0
 
 

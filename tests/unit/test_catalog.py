@@ -80,8 +80,16 @@ def test_scenario_reasons() -> None:
 
 @pytest.mark.parametrize(
     ("smi", "name"),
-    [("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100 80GB PCIe", "A100"), ("NVIDIA H20", "H20"), ("NVIDIA H200", "H200"),
-     ("NVIDIA H100 80GB HBM3", "H100"), ("Tesla V100-SXM2-32GB", "V100"), ("NVIDIA GeForce RTX 4090", "RTX4090"), ("Some GPU", None)],
+    [
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA A100 80GB PCIe", "A100"),
+        ("NVIDIA H20", "H20"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("Tesla V100-SXM2-32GB", "V100"),
+        ("NVIDIA GeForce RTX 4090", "RTX4090"),
+        ("Some GPU", None),
+    ],
 )
 def test_gpu_from_smi_name(smi: str, name: str | None) -> None:
     assert catalog.gpu_from_smi_name(smi) == name

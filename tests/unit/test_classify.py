@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import REAL_LOGS
+
 from envmatrix.classify import REMEDIES, RULES, RunFacts, classify, control_status, signal_number
 from envmatrix.logscan import CHUNK, scan_stream, scan_text
 from envmatrix.outcomes import OUTCOME_NAMES
@@ -51,6 +51,7 @@ def test_every_outcome_has_a_remedy() -> None:
 
 # ---- one test per rule -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -74,7 +75,7 @@ def test_every_outcome_has_a_remedy() -> None:
         ("[E ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)", "nccl_error"),
         ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCL.cpp:1, unhandled cuda error", "nccl_error"),
         ("  exitcode  : -11 (pid: 12)\n  traceback : Signal 11 (SIGSEGV) received by PID 12", "crash"),
-        ("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad", "error"),
+        ('Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad', "error"),
         ("{'loss': 0.0, 'grad_norm': 0.95, 'reward': 0.9, 'reward_std': 0.83}", "ok"),
     ],
 )
@@ -99,9 +100,12 @@ def test_timeout_and_build_flags() -> None:
 
 # ---- measured checks from the probe's result -------------------------------------------------------
 
+
 def result(**kw: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "finished": True, "steps_completed": 4, "first_nonfinite_step": None,
+        "finished": True,
+        "steps_completed": 4,
+        "first_nonfinite_step": None,
         "parity": {"implementation": "sdpa", "dtype": "bf16", "rel_err": 0.004, "baseline_rel_err": 0.004, "tolerance": 0.008, "within_tolerance": True},
         "params": {"trainable": 27, "with_grad": 27, "without_grad": [], "changed": 27, "all_got_grad": True, "all_changed": True},
     }
@@ -143,6 +147,7 @@ def test_probe_unfinished_without_signature_is_error() -> None:
 
 
 # ---- precedence --------------------------------------------------------------------------------
+
 
 def test_sigfpe_beats_the_nccl_timeout_it_causes() -> None:
     text = (
@@ -187,6 +192,7 @@ def test_controls() -> None:
 
 # ---- robustness --------------------------------------------------------------------------------
 
+
 def test_ansi_colour_codes() -> None:
     text = "\x1b[31mRuntimeError\x1b[0m: \x1b[1mCUDA out of memory.\x1b[0m Tried to allocate"
     v = classify(RunFacts(scan=scan_text(text)))
@@ -202,7 +208,7 @@ def test_carriage_return_progress_bars() -> None:
 def test_rank_prefixes_and_interleaving() -> None:
     text = (
         "[rank0]: step 1\n[rank1]: Traceback (most recent call last):\n[rank0]: step 2\n"
-        "[rank1]:   File \"t.py\", line 3, in <module>\n[rank0]: step 3\n"
+        '[rank1]:   File "t.py", line 3, in <module>\n[rank0]: step 3\n'
         "[rank1]: RuntimeError: Expected to mark a variable ready only once. This error is caused by one of\n"
     )
     v = classify(RunFacts(scan=scan_text(text)))
@@ -210,7 +216,7 @@ def test_rank_prefixes_and_interleaving() -> None:
 
 
 def test_truncated_traceback() -> None:
-    text = "Traceback (most recent call last):\n  File \"/x/trainer.py\", line 1536, in train\n    return inner_training_loop(\n  File \"/x/tra"
+    text = 'Traceback (most recent call last):\n  File "/x/trainer.py", line 1536, in train\n    return inner_training_loop(\n  File "/x/tra'
     assert log_class(text) == "error"
 
 
@@ -247,6 +253,7 @@ def test_giant_line_without_newline() -> None:
 
 
 # ---- the command --------------------------------------------------------------------------------
+
 
 def run_cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([sys.executable, "-m", "envmatrix", *args], input=stdin, capture_output=True, timeout=60)

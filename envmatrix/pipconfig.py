@@ -1,0 +1,73 @@
+"""pip's settings (config files and PIP_* variables) and where the pinned CPU torch comes from.
+
+Standard library only: the noxfile imports it before envmatrix's dependencies exist. uv does not
+read pip's configuration, so mirrors and wheelhouses set for pip are handed to uv explicitly.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+@dataclass(frozen=True)
+class PipSettings:
+    """The index settings pip would use: environment variables override config files."""
+
+    index_url: str | None
+    extra_index_urls: tuple[str, ...]
+    find_links: tuple[str, ...]
+
+
+def _config_files() -> list[Path]:
+    home = Path.home()
+    files = [Path("/etc/pip.conf"), Path(os.environ.get("XDG_CONFIG_HOME", home / ".config")) / "pip" / "pip.conf", home / ".pip" / "pip.conf"]
+    if os.environ.get("PIP_CONFIG_FILE"):
+        files.append(Path(os.environ["PIP_CONFIG_FILE"]))
+    return files
+
+
+def read_pip_settings(environ: dict[str, str] | None = None, files: list[Path] | None = None) -> PipSettings:
+    """Merge pip.conf files (later wins) under PIP_INDEX_URL / PIP_EXTRA_INDEX_URL / PIP_FIND_LINKS."""
+    env = dict(os.environ) if environ is None else environ
+    values: dict[str, str] = {}
+    for path in _config_files() if files is None else files:
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path)
+        except configparser.Error:
+            continue
+        for section in ("global", "install"):
+            if parser.has_section(section):
+                values.update({k: v for k, v in parser.items(section) if k in ("index-url", "extra-index-url", "find-links")})
+    for key in ("index-url", "extra-index-url", "find-links"):
+        var = "PIP_" + key.upper().replace("-", "_")
+        if env.get(var):
+            values[key] = env[var]
+    return PipSettings(
+        index_url=values.get("index-url"),
+        extra_index_urls=tuple(values.get("extra-index-url", "").split()),
+        find_links=tuple(values.get("find-links", "").split()),
+    )
+
+
+def local_torch_wheel(version: str, find_links: tuple[str, ...]) -> str | None:
+    """A find-links folder holding the CPU wheel of this torch, or None."""
+    for link in find_links:
+        folder = Path(link.removeprefix("file://"))
+        if folder.is_dir() and any(folder.glob(f"torch-{version}+cpu-*.whl")):
+            return str(folder)
+    return None
+
+
+def cpu_torch_install_args(version: str, settings: PipSettings | None = None) -> list[str]:
+    """Requirement and source flags for an exact CPU torch: the local wheel where pip's settings
+    provide it, else the PyTorch CPU index. Never a bare `torch`, which would pull a CUDA build."""
+    settings = settings or read_pip_settings()
+    folder = local_torch_wheel(version, settings.find_links)
+    source = ["--find-links", folder] if folder else ["--extra-index-url", CPU_INDEX]
+    return [f"torch=={version}+cpu", *source]
