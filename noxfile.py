@@ -35,6 +35,22 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def matrix(session: nox.Session) -> None:
+    """The main job: run the matrix on this machine (cpu profile without a GPU): nox -s matrix -- [run options]."""
+    session.install("-e", ".", "uv")
+    session.run("envmatrix", "run", *session.posargs)
+
+
+@nox.session(default=False)
+def cell(session: nox.Session) -> None:
+    """Run one cell again: nox -s cell -- CELL_ID [run options]."""
+    if not session.posargs:
+        session.error("name the cell: nox -s cell -- CELL_ID (see nox -s plan)")
+    session.install("-e", ".", "uv")
+    session.run("envmatrix", "run", "--rerun", "--only", *session.posargs)
+
+
+@nox.session(default=False)
 def plan(session: nox.Session) -> None:
     """Show the cells of a profile: nox -s plan -- --profile gpu [--format json]."""
     session.install("-e", ".")

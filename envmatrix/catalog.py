@@ -159,10 +159,11 @@ def flash_wheel_cuda_tag(release: str, cuda: str) -> str:
     return f"cu{major}"
 
 
-def flash_wheel_name(release: str, torch: str, cuda: str, python: str) -> str:
-    """The wheel file flash-attn's setup.py looks for on its GitHub release (FACTS §2)."""
+def flash_wheel_name(release: str, torch: str, cuda: str, python: str, abi_flag: bool | None = None) -> str:
+    """The wheel file flash-attn's setup.py looks for on its GitHub release (FACTS §2); pass the ABI
+    flag read from the installed torch where there is one, rather than the catalog's guess."""
     py = "cp" + python.replace(".", "")
-    abi = "TRUE" if cxx11_abi(torch) else "FALSE"
+    abi = "TRUE" if (cxx11_abi(torch) if abi_flag is None else abi_flag) else "FALSE"
     tag = flash_wheel_cuda_tag(release, cuda)
     return f"flash_attn-{release}+{tag}torch{minor(torch)}cxx11abi{abi}-{py}-{py}-linux_x86_64.whl"
 

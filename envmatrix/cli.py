@@ -15,12 +15,17 @@ from rich.table import Table
 from . import __version__, plan
 from .cells import SKIPPED, Cell, expand
 from .classify import RunFacts, classify, control_status
-from .errors import EnvmatrixError, InputError
+from .backends import Backend, BuildFailed
+from .backends.host import HostBackend
+from .backends.venv import VenvBackend
+from .errors import BackendError, EnvmatrixError, InputError
 from .execute import probe_command, run_logged
 from .hostinfo import default_profile, detect_gpus
 from .logscan import scan_stream
+from .runner import Paths, Runner
 from .runfacts import gather
 from .spec import Spec, load
+from .summary import print_summary
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -133,6 +138,39 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the matrix for this host's GPU type, record and classify every cell, print the summary."""
+    gpus = detect_gpus()
+    _, profile, cells = select_cells(args, gpu=None)
+    gpu = args.gpu or gpus.matrix_name
+    if gpu is None:
+        raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; name its matrix GPU type with --gpu")
+    backend_name = args.backend
+    console = Console()
+    if backend_name == "auto":
+        backend_name = "venv"
+        why = "no GPU found" if gpus.count == 0 else "the docker backend is not available yet"
+        console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the venv backend")
+    backend: Backend
+    if backend_name == "host":
+        backend = HostBackend()
+    elif backend_name == "venv":
+        try:
+            backend = VenvBackend(Path(args.venvs))
+        except BuildFailed as exc:
+            raise BackendError(str(exc)) from None
+    else:
+        raise BackendError(f"--backend {backend_name}: not available yet; use venv or host")
+    paths = Paths(Path(args.reports))
+    runner = Runner(backend, paths, jobs=args.jobs, timeout=args.timeout, rerun=args.rerun, gpu_count=gpus.count, console=console)
+    report = runner.run(cells, gpu)
+    if not report.records:
+        raise InputError(f"no cells of GPU type {gpu} in profile '{profile}' with this selection; see envmatrix plan --profile {profile}")
+    print_summary(console, report.records, results_dir=str(paths.results))
+    console.print(f"{report.ran} cells run, {report.cached} cached (unchanged inputs; --rerun forces), {report.other_gpus} left for other GPU types")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line; each subcommand stores its handler in `func`."""
     parser = argparse.ArgumentParser(prog="envmatrix", description="Which CUDA / PyTorch / transformers / flash-attn stacks train cleanly, by experiment.")
@@ -143,6 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p)
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=cmd_plan)
+    p = sub.add_parser("run", help="run the matrix on this host: prepare environments, run cells, record and classify")
+    _add_selection(p)
+    p.add_argument("--backend", choices=("auto", "venv", "host", "docker"), default="auto", help="how environments are made (default: venv)")
+    p.add_argument("--jobs", type=int, default=1, help="cells at once (on a GPU host each slot owns whole GPUs)")
+    p.add_argument("--rerun", action="store_true", help="run cells again even when their record is up to date")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per cell before its process group is killed")
+    p.add_argument("--reports", default="reports", help="output folder (records in results/, logs in logs/)")
+    p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
+    p.set_defaults(func=cmd_run)
     p = sub.add_parser("classify", help="tell which known failure a training log shows, with evidence and remedy")
     p.add_argument("log", help="the log file, or - for standard input")
     p.add_argument("--exit-code", type=int, default=None, help="the run's exit status (-N or 128+N for signal N)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,9 @@ from .spec import Scenario
 #: The probe ships beside the package (a checkout) and inside the wheel (as `probes/`).
 PROBE = Path(__file__).resolve().parent.parent / "probes" / "grpo_smoke.py"
 GRACE_S = 5.0
+
+_ACTIVE: set[subprocess.Popen[bytes]] = set()
+_ACTIVE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ def run_logged(cmd: list[str], log_path: Path, *, timeout: float, env: dict[str,
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        with _ACTIVE_LOCK:
+            _ACTIVE.add(proc)
         try:
             code = proc.wait(timeout=timeout)
             timed_out = False
@@ -69,4 +75,15 @@ def run_logged(cmd: list[str], log_path: Path, *, timeout: float, env: dict[str,
         except BaseException:
             _kill_group(proc)
             raise
+        finally:
+            with _ACTIVE_LOCK:
+                _ACTIVE.discard(proc)
     return Completed(code, timed_out, round(time.monotonic() - start, 3))
+
+
+def kill_all() -> None:
+    """Kill every running cell's process group (Ctrl-C): nothing is left running behind the runner."""
+    with _ACTIVE_LOCK:
+        procs = list(_ACTIVE)
+    for proc in procs:
+        _kill_group(proc)

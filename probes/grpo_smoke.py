@@ -84,6 +84,7 @@ RESULT_NAME = "result.json" if RANK == 0 else f"result.rank{RANK}.json"
 RESULT: dict[str, Any] = {
     "probe_version": PROBE_VERSION,
     "rank": RANK,
+    "pid": os.getpid(),
     "world_size": WORLD,
     "options": {k: v for k, v in vars(ARGS).items() if k != "out"},
     "finished": False,

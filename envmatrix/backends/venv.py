@@ -1,0 +1,184 @@
+"""One virtualenv per environment, shared by all its scenarios: uv when present, pip otherwise.
+
+uv is ~10x faster and hardlinks from its cache, but it does not read pip's configuration, so pip's
+index settings are handed to it explicitly (mirrors and wheelhouses keep working). Bytecode is
+compiled at install time: with PYTHONDONTWRITEBYTECODE set, imports would otherwise take 3x longer
+in every cell. torch is pinned exactly, and a CUDA build is never installed on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from .. import catalog
+from ..cells import Environment
+from ..hostinfo import detect_gpus
+from ..pipconfig import PipSettings, cpu_torch_install_args, read_pip_settings
+from ..plan import Build
+from . import BuildFailed, Prepared
+
+PEFT = "peft==0.21.2"
+MARKER = ".envmatrix.json"
+FLASH_RELEASES = "https://github.com/Dao-AILab/flash-attention/releases/download"
+STEP_TIMEOUT_S = 3600
+
+
+def find_uv() -> str | None:
+    """The uv binary: on PATH, or installed beside this interpreter (pip install uv)."""
+    return shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+
+
+def torch_requirement(env: Environment, settings: PipSettings) -> list[str]:
+    """The exact torch build and where it comes from."""
+    if env.cuda == "none":
+        return cpu_torch_install_args(env.torch, settings)
+    return [f"torch=={env.torch}", "--extra-index-url", f"https://download.pytorch.org/whl/{env.cuda_tag}"]
+
+
+class VenvBackend:
+    """Virtualenvs under `root/<build id>`, reused while their inputs are unchanged."""
+
+    name = "venv"
+
+    def __init__(self, root: Path, *, use_uv: bool | None = None, settings: PipSettings | None = None) -> None:
+        self.root = root
+        self.uv = find_uv() if use_uv is not False else None
+        if use_uv and self.uv is None:
+            raise BuildFailed("uv was asked for but is not installed (python3 -m pip install uv)")
+        self.settings = settings or read_pip_settings()
+
+    def requirements(self, env: Environment) -> list[str]:
+        """Everything but flash-attn, which needs torch installed first to pick its wheel."""
+        return [*torch_requirement(env, self.settings), f"transformers=={env.transformers}", PEFT]
+
+    def inputs_key(self, env: Environment) -> str:
+        """What the venv is a function of; a change rebuilds it."""
+        payload = {"env": env.axes(), "reqs": self.requirements(env), "tool": "uv" if self.uv else "pip"}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def prepare(self, build: Build, log: Path) -> Prepared:
+        env = build.env
+        if env.cuda != "none" and detect_gpus().count == 0:
+            raise BuildFailed(f"{build.build_id}: refusing to install a CUDA build of torch on a machine without a GPU")
+        self.root.mkdir(parents=True, exist_ok=True)
+        target = self.root / build.build_id
+        python = target / "bin" / "python"
+        key = self.inputs_key(env)
+        with _locked(self.root / f".{build.build_id}.lock"):
+            marker = _read_marker(target / MARKER)
+            if marker and marker.get("inputs") == key and python.exists():
+                return Prepared(str(python), 0.0, True, facts=marker, env=_cell_env())
+            start = time.monotonic()
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("wb") as out:
+                shutil.rmtree(target, ignore_errors=True)
+                self._create(env, target, out)
+                self._install(env, python, out)
+                if env.flash_attn != "none":
+                    self._install_flash(env, python, out)
+                freeze = self._freeze(python, out)
+            facts: dict[str, object] = {
+                "inputs": key,
+                "tool": "uv" if self.uv else "pip",
+                "requirements": self.requirements(env),
+                "freeze": freeze,
+                "seconds": round(time.monotonic() - start, 2),
+                "index_url": self.settings.index_url,
+                "extra_index_urls": list(self.settings.extra_index_urls),
+                "find_links": list(self.settings.find_links),
+            }
+            (target / MARKER).write_text(json.dumps(facts, indent=2))
+            return Prepared(str(python), float(str(facts["seconds"])), False, facts=facts, env=_cell_env())
+
+    def _create(self, env: Environment, target: Path, out: IO[bytes]) -> None:
+        if self.uv:
+            _step("create venv", [self.uv, "venv", "--quiet", "--python", env.python, str(target)], out)
+            return
+        interpreter = shutil.which(f"python{env.python}")
+        if interpreter is None and f"{sys.version_info.major}.{sys.version_info.minor}" == env.python:
+            interpreter = sys.executable
+        if interpreter is None:
+            raise BuildFailed(f"create venv: no python{env.python} on PATH; install it, or install uv (it finds or fetches Pythons)")
+        _step("create venv", [interpreter, "-m", "venv", str(target)], out)
+
+    def _pip(self, python: Path) -> list[str]:
+        if self.uv:
+            cmd = [self.uv, "pip", "install", "--python", str(python), "--compile-bytecode", "--index-strategy", "unsafe-best-match"]
+            if self.settings.index_url:
+                cmd += ["--index-url", self.settings.index_url]
+            for url in self.settings.extra_index_urls:
+                cmd += ["--extra-index-url", url]
+            for link in self.settings.find_links:
+                cmd += ["--find-links", link]
+            return cmd
+        return [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
+
+    def _install(self, env: Environment, python: Path, out: IO[bytes]) -> None:
+        _step("install torch, transformers, peft", [*self._pip(python), *self.requirements(env)], out)
+
+    def _install_flash(self, env: Environment, python: Path, out: IO[bytes]) -> None:
+        """flash-attn's wheel name depends on the installed torch (version, CUDA, C++ ABI): read them there."""
+        probe = "import torch,sys; print(torch.__version__.split('+')[0], torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI))"
+        got = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300)
+        if got.returncode != 0:
+            raise BuildFailed(f"read torch's build: {got.stderr.strip()[-500:]}")
+        torch_version, cuda, abi = got.stdout.split()
+        wheel = catalog.flash_wheel_name(env.flash_attn, torch_version, cuda, env.python, abi_flag=abi == "1")
+        _step("install flash-attn wheel", [*self._pip(python), f"{FLASH_RELEASES}/v{env.flash_attn}/{wheel}"], out)
+
+    def _freeze(self, python: Path, out: IO[bytes]) -> list[str]:
+        cmd = [self.uv, "pip", "freeze", "--python", str(python)] if self.uv else [str(python), "-m", "pip", "freeze"]
+        got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if got.returncode != 0:
+            raise BuildFailed(f"freeze: {got.stderr.strip()[-500:]}")
+        return [line for line in got.stdout.splitlines() if line.strip()]
+
+
+def _cell_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _step(name: str, cmd: list[str], out: IO[bytes]) -> None:
+    """Run one build step into the build log; a failure names the step and quotes its last lines."""
+    out.write(f"\n$ {' '.join(cmd)}\n".encode())
+    out.flush()
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=STEP_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildFailed(f"{name}: {exc}") from None
+    out.write(proc.stdout)
+    out.flush()
+    if proc.returncode != 0:
+        tail = proc.stdout.decode("utf-8", "replace").strip().splitlines()[-5:]
+        raise BuildFailed(f"{name} failed (exit {proc.returncode}): " + " | ".join(tail))
+
+
+def _read_marker(path: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock between runners preparing the same venv."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -1,0 +1,166 @@
+"""The matrix for real: venv backend end to end, and faults that must never cost another cell's record."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (nox -s tests installs it)"),
+]
+
+
+def installed(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
+def write_matrix(tmp: Path, scenarios: dict[str, dict[str, Any]], transformers: list[str] | None = None) -> Path:
+    """A small cpu matrix; on the host backend its transformers axis is the installed release."""
+    data = {
+        "version": 1,
+        "profiles": {
+            "cpu": {
+                "cuda": ["none"],
+                "torch": [installed("torch").split("+")[0]],
+                "transformers": transformers or [installed("transformers")],
+                "flash_attn": ["none"],
+                "gpu": ["cpu"],
+                "python": [f"{sys.version_info.major}.{sys.version_info.minor}"],
+            }
+        },
+        "scenarios": scenarios,
+    }
+    path = tmp / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def envmatrix(*args: str, cwd: Path, **kw: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "envmatrix", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 900) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def records(reports: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for p in (reports / "results").glob("*.json"):
+        data = json.loads(p.read_text())
+        out[data["cell"]["scenario"]] = data
+    return out
+
+
+def wait_for(predicate: Any, timeout: float = 120) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("condition not reached in time")
+
+
+HEALTHY = {"fp32-sdpa": {"attn": "sdpa"}}
+CONTROL = {"ctl-zero-grad": {"temperature": 0.01, "top_p": 0.001, "expect": "zero_grad"}}
+LONG = {"long": {"steps": 10000, "description": "runs far longer than any timeout: a stand-in for a hang"}}
+
+
+def test_venv_backend_end_to_end(tmp_path: Path) -> None:
+    """2 transformers releases × 2 scenarios (one a control) in real venvs, then an unchanged re-run."""
+    path = write_matrix(tmp_path, {**HEALTHY, **CONTROL}, transformers=["4.51.3", "4.57.6"])
+    args = ("run", "--file", str(path), "--profile", "cpu", "--backend", "venv", "--venvs", str(tmp_path / "venvs"), "--reports", str(tmp_path / "r"))
+    code, out = finish(envmatrix(*args, cwd=tmp_path))
+    assert code == 0, out
+    recs = [json.loads(p.read_text()) for p in (tmp_path / "r" / "results").glob("*.json")]
+    assert len(recs) == 4
+    for rec in recs:
+        facts = rec["environment"]["facts"]
+        assert facts["transformers"] == rec["cell"]["transformers"]  # read inside the venv
+        assert facts["torch"] == "2.13.0+cpu"
+        assert any(line.startswith("transformers==") for line in rec["environment"]["build"]["freeze"])
+        expected = "zero_grad" if rec["cell"]["scenario"] == "ctl-zero-grad" else "ok"
+        assert rec["outcome"]["class"] == expected, rec["outcome"]
+    assert "controls: 2 of 2 reproduced" in out
+    code, out = finish(envmatrix(*args, cwd=tmp_path))
+    assert code == 0 and "0 cells run, 4 cached" in out
+
+
+def test_hanging_cell_is_killed_and_the_matrix_goes_on(tmp_path: Path) -> None:
+    path = write_matrix(tmp_path, {**LONG, **HEALTHY})
+    code, out = finish(envmatrix("run", "--file", str(path), "--backend", "host", "--timeout", "40", "--reports", str(tmp_path / "r"), cwd=tmp_path))
+    assert code == 0, out
+    recs = records(tmp_path / "r")
+    assert recs["long"]["outcome"]["class"] == "timeout" and recs["long"]["timed_out"]
+    assert recs["fp32-sdpa"]["outcome"]["class"] == "ok"
+
+
+def test_cell_killed_with_sigkill_is_recorded_as_crash(tmp_path: Path) -> None:
+    path = write_matrix(tmp_path, {**LONG, **HEALTHY})
+    reports = tmp_path / "r"
+    proc = envmatrix("run", "--file", str(path), "--backend", "host", "--reports", str(reports), cwd=tmp_path)
+    result = next(reports.glob("runs/*__long"), None)
+
+    def training() -> bool:
+        nonlocal result
+        result = next(reports.glob("runs/*__long"), None)
+        if result is None or not (result / "metrics.jsonl").exists():
+            return False
+        return bool((result / "metrics.jsonl").read_text().strip())
+
+    wait_for(training)
+    assert result is not None
+    pid = json.loads((result / "result.json").read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    code, out = finish(proc)
+    assert code == 0, out
+    recs = records(reports)
+    assert recs["long"]["outcome"]["class"] == "crash" and recs["long"]["signal"] == "SIGKILL"
+    assert recs["fp32-sdpa"]["outcome"]["class"] == "ok"
+
+
+def test_interrupted_run_resumes_to_completion(tmp_path: Path) -> None:
+    scenarios = {f"s{i}": {"steps": 2} for i in range(3)}
+    path = write_matrix(tmp_path, scenarios)
+    reports = tmp_path / "r"
+    args = ("run", "--file", str(path), "--backend", "host", "--reports", str(reports))
+    proc = envmatrix(*args, cwd=tmp_path)
+    wait_for(lambda: len(list((reports / "results").glob("*.json"))) >= 1)
+    proc.send_signal(signal.SIGINT)
+    code, out = finish(proc)
+    assert code == 130, out
+    assert "re-run the same command" in out
+    done_first = len(list((reports / "results").glob("*.json")))
+    assert 1 <= done_first < 3
+    assert not [p for p in (reports / "results").iterdir() if p.name.endswith(".tmp")]
+    code, out = finish(envmatrix(*args, cwd=tmp_path))
+    assert code == 0, out
+    assert f"{3 - done_first} cells run, {done_first} cached" in out
+    assert len(records(reports)) == 3
+
+
+def test_two_runners_share_one_results_folder(tmp_path: Path) -> None:
+    scenarios = {f"s{i}": {"steps": 1} for i in range(4)}
+    path = write_matrix(tmp_path, scenarios)
+    reports = tmp_path / "r"
+    common = ("run", "--file", str(path), "--backend", "host", "--reports", str(reports))
+    a = envmatrix(*common, "--only", "*/s{0,1,2}", cwd=tmp_path)
+    b = envmatrix(*common, "--only", "*/s{1,2,3}", cwd=tmp_path)
+    (ca, oa), (cb, ob) = finish(a), finish(b)
+    assert ca == 0 and cb == 0, oa + ob
+    recs = records(reports)
+    assert set(recs) == {"s0", "s1", "s2", "s3"}
+    assert all(r["outcome"]["class"] == "ok" for r in recs.values())
