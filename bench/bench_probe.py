@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 from envmatrix.execute import probe_command, run_logged
-from envmatrix.runfacts import read_json, read_metrics
+from envmatrix.jsonio import read_json
+from envmatrix.runfacts import read_metrics
 from envmatrix.spec import load
 
 

@@ -13,17 +13,17 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__, plan
-from .cells import SKIPPED, Cell, expand
-from .classify import RunFacts, classify, control_status
 from .backends import Backend, BuildFailed
 from .backends.host import HostBackend
 from .backends.venv import VenvBackend
+from .cells import SKIPPED, Cell, expand
+from .classify import RunFacts, classify, control_status
 from .errors import BackendError, EnvmatrixError, InputError
 from .execute import probe_command, run_logged
 from .hostinfo import default_profile, detect_gpus
 from .logscan import scan_stream
-from .runner import Paths, Runner
 from .runfacts import gather
+from .runner import Paths, Runner
 from .spec import Spec, load
 from .summary import print_summary
 

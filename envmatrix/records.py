@@ -9,12 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from .cells import Cell
+from .jsonio import read_json
 
 RECORD_VERSION = 1
 LOG_TAIL_BYTES = 8192
@@ -32,17 +32,6 @@ def inputs_hash(cell: Cell, probe_source: bytes, backend: str) -> str:
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write to a unique temporary file beside `path`, fsync, then rename over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with tmp.open("w") as fh:
-        json.dump(data, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
@@ -65,19 +54,7 @@ def load_records(*folders: Path) -> list[dict[str, Any]]:
     records: dict[str, dict[str, Any]] = {}
     for folder in folders:
         for path in sorted(folder.glob("*.json")):
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(data, dict) and "cell" in data:
+            data = read_json(path)
+            if data is not None and "cell" in data:
                 records[data["cell"]["id"]] = data
     return list(records.values())
-
-
-def read_record(path: Path) -> dict[str, Any] | None:
-    """One record, or None where it is missing or torn."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -7,16 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from .classify import RunFacts
+from .jsonio import read_json
 from .logscan import scan_stream
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from a file, or None when it is missing or unreadable (a killed probe may leave none)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def read_metrics(path: Path) -> tuple[dict[str, Any], ...]:

@@ -26,8 +26,9 @@ from .backends import Backend, BuildFailed, Prepared
 from .cells import SKIPPED, Cell
 from .classify import REMEDIES, classify, control_status, signal_number
 from .errors import Interrupted
+from .jsonio import read_json, write_json_atomic
 from .plan import Build, builds
-from .records import cell_stem, inputs_hash, log_tail, read_record, write_json_atomic
+from .records import cell_stem, inputs_hash, log_tail
 from .runfacts import gather
 from .summary import GLYPHS, cell_text
 
@@ -122,7 +123,7 @@ class Runner:
         """The existing record when its inputs are unchanged (and --rerun was not given)."""
         if self.rerun:
             return None
-        record = read_record(self.record_path(cell))
+        record = read_json(self.record_path(cell))
         if record and record.get("inputs") == inputs_hash(cell, self.probe_source, self.backend.name):
             return record
         return None

@@ -281,6 +281,27 @@ def parity_check(attn: str, tokenizer: Any, state: dict[str, torch.Tensor], devi
     }
 
 
+def input_grad_hooks(model: Any) -> list[tuple[Any, Any]]:
+    """The forward hooks `enable_input_require_grads` registered, wherever they are. Found on the modules
+    themselves: transformers 5.x with peft registers two and keeps the handle of only the last."""
+    return [
+        (module, key)
+        for module in model.modules()
+        for key, fn in list(module._forward_hooks.items())
+        if "enable_input_require_grads" in getattr(fn, "__qualname__", "")
+    ]
+
+
+def remove_input_grad_hooks(model: Any, hooks: list[tuple[Any, Any]]) -> None:
+    """Remove every input-requires-grad hook (a control): checkpointing over frozen inputs then loses grads."""
+    for module, key in hooks:
+        del module._forward_hooks[key]
+    for owner in model.modules():
+        for attr in ("_require_grads_hook", "_require_grads_hooks"):
+            if attr in owner.__dict__:
+                delattr(owner, attr)
+
+
 def reward_fn(text: str) -> float:
     """Deterministic rule reward: the share of letters, digits and spaces in a completion."""
     return sum(ch.isascii() and (ch.isalnum() or ch == " ") for ch in text) / max(len(text), 1)
@@ -336,12 +357,10 @@ def main() -> int:
         import peft
 
         model = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], lora_dropout=0.0))
-    base = model.get_base_model() if ARGS.lora else model
-    hook_present = hasattr(base, "_require_grads_hook")
-    if not ARGS.input_grad_hook and hook_present:
-        base.disable_input_require_grads()
-        del base._require_grads_hook
-    RESULT["input_grad_hook"] = {"present_after_setup": hook_present, "removed": not ARGS.input_grad_hook and hook_present}
+    hooks = input_grad_hooks(model)
+    if not ARGS.input_grad_hook:
+        remove_input_grad_hooks(model, hooks)
+    RESULT["input_grad_hook"] = {"hooks_after_setup": len(hooks), "removed": 0 if ARGS.input_grad_hook else len(hooks)}
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     before = {n: p.detach().clone() for n, p in trainable.items()}
     got_grad: set[str] = set()

@@ -24,6 +24,7 @@ from typing import IO
 from .. import catalog
 from ..cells import Environment
 from ..hostinfo import detect_gpus
+from ..jsonio import read_json
 from ..pipconfig import PipSettings, cpu_torch_install_args, read_pip_settings
 from ..plan import Build
 from . import BuildFailed, Prepared
@@ -76,7 +77,7 @@ class VenvBackend:
         python = target / "bin" / "python"
         key = self.inputs_key(env)
         with _locked(self.root / f".{build.build_id}.lock"):
-            marker = _read_marker(target / MARKER)
+            marker = read_json(target / MARKER)
             if marker and marker.get("inputs") == key and python.exists():
                 return Prepared(str(python), 0.0, True, facts=marker, env=_cell_env())
             start = time.monotonic()
@@ -162,14 +163,6 @@ def _step(name: str, cmd: list[str], out: IO[bytes]) -> None:
     if proc.returncode != 0:
         tail = proc.stdout.decode("utf-8", "replace").strip().splitlines()[-5:]
         raise BuildFailed(f"{name} failed (exit {proc.returncode}): " + " | ".join(tail))
-
-
-def _read_marker(path: Path) -> dict[str, object] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 @contextmanager
