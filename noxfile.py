@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -12,16 +13,31 @@ from envmatrix.pipconfig import cpu_torch_install_args
 
 nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_venv = "yes"  # an unchanged matrix re-run must stay fast; installs below are idempotent
+# uv installs without bytecode unless asked; with PYTHONDONTWRITEBYTECODE set, every import then
+# recompiles (torch and pandas imports take seconds longer).
+COMPILE = {"UV_COMPILE_BYTECODE": "1"}
 
 # What the probe tests run on: the CPU torch this machine can get, pinned exactly.
 PROBE_DEPS = ["transformers==4.57.6", "peft==0.21.2"]
 CPU_TORCH = "2.13.0"
 
 
+def install_once(session: nox.Session, *args: str) -> None:
+    """Install into a reused venv only when pyproject.toml or the requirements changed: an unchanged
+    matrix re-run then costs nox's start-up, not a rebuild of the editable package (2 s)."""
+    stamp = Path(session.virtualenv.location) / ".envmatrix-installed"
+    key = hashlib.sha256(Path("pyproject.toml").read_bytes() + repr(args).encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == key:
+        return
+    session.install(*args, env=COMPILE)
+    stamp.write_text(key)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the unit and integration tests (the probe trains for real on CPU)."""
-    session.install("-e", ".[test]", *PROBE_DEPS, *cpu_torch_install_args(CPU_TORCH))
+    session.install("-e", ".[test]", *PROBE_DEPS, *cpu_torch_install_args(CPU_TORCH), env=COMPILE)
     session.run("pytest", *session.posargs)
 
 
@@ -37,7 +53,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(default=False)
 def matrix(session: nox.Session) -> None:
     """The main job: run the matrix on this machine (cpu profile without a GPU): nox -s matrix -- [run options]."""
-    session.install("-e", ".", "uv")
+    install_once(session, "-e", ".", "uv")
     session.run("envmatrix", "run", *session.posargs)
 
 
@@ -46,19 +62,33 @@ def cell(session: nox.Session) -> None:
     """Run one cell again: nox -s cell -- CELL_ID [run options]."""
     if not session.posargs:
         session.error("name the cell: nox -s cell -- CELL_ID (see nox -s plan)")
-    session.install("-e", ".", "uv")
+    install_once(session, "-e", ".", "uv")
     session.run("envmatrix", "run", "--rerun", "--only", *session.posargs)
+
+
+@nox.session(default=False)
+def report(session: nox.Session) -> None:
+    """Render reports/matrix.html, results.csv and results.json: nox -s report -- [--results DIR]..."""
+    install_once(session, "-e", ".")
+    session.run("envmatrix", "report", *session.posargs)
+
+
+@nox.session(default=False)
+def lock(session: nox.Session) -> None:
+    """Lock a vetted environment: nox -s lock -- ENV_ID | --best GPU."""
+    install_once(session, "-e", ".", "pip")
+    session.run("envmatrix", "lock", *session.posargs)
 
 
 @nox.session(default=False)
 def plan(session: nox.Session) -> None:
     """Show the cells of a profile: nox -s plan -- --profile gpu [--format json]."""
-    session.install("-e", ".")
+    install_once(session, "-e", ".")
     session.run("envmatrix", "plan", *session.posargs)
 
 
 @nox.session(default=False)
 def probe(session: nox.Session) -> None:
     """Run the probe in a fresh CPU environment: nox -s probe -- [--scenario NAME] [--json]."""
-    session.install("-e", ".", *PROBE_DEPS, *cpu_torch_install_args(CPU_TORCH))
+    session.install("-e", ".", *PROBE_DEPS, *cpu_torch_install_args(CPU_TORCH), env=COMPILE)
     session.run("envmatrix", "probe", *session.posargs)

@@ -21,7 +21,10 @@ from .classify import RunFacts, classify, control_status
 from .errors import BackendError, EnvmatrixError, InputError
 from .execute import probe_command, run_logged
 from .hostinfo import default_profile, detect_gpus
+from .lock import write_lock
 from .logscan import scan_stream
+from .records import load_records
+from .report import is_current, report_paths, write_report
 from .runfacts import gather
 from .runner import Paths, Runner
 from .spec import Spec, load
@@ -168,6 +171,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError(f"no cells of GPU type {gpu} in profile '{profile}' with this selection; see envmatrix plan --profile {profile}")
     print_summary(console, report.records, results_dir=str(paths.results))
     console.print(f"{report.ran} cells run, {report.cached} cached (unchanged inputs; --rerun forces), {report.other_gpus} left for other GPU types")
+    outputs = report_paths(paths.root) if is_current(paths.results, paths.root) else write_report([paths.results], paths.root)
+    console.print(f"report: {outputs['html']} (also {outputs['csv'].name}, {outputs['json'].name})")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Render matrix.html, results.csv and results.json from one or more results folders."""
+    folders = [Path(f) for f in (args.results or ["reports/results"])]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        raise InputError(f"no such results folder: {', '.join(missing)}; run the matrix first (nox -s matrix) or pass --results DIR")
+    outputs = write_report(folders, Path(args.out))
+    print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name})")
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    """Write a lockfile for a vetted environment (or the newest vetted one for a GPU type)."""
+    if not args.env and not args.best:
+        raise InputError("name an environment id (see the report's vetted list) or --best GPU")
+    folders = [Path(f) for f in (args.results or ["reports/results"])]
+    folder = write_lock(load_records(*folders), Path(args.out), env_id=args.env, best_gpu=args.best)
+    print(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json")
     return 0
 
 
@@ -190,6 +216,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", default="reports", help="output folder (records in results/, logs in logs/)")
     p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("report", help="render matrix.html, results.csv and results.json from results folders")
+    p.add_argument("--results", action="append", default=None, metavar="DIR", help="a results folder; repeat to merge runners (default reports/results)")
+    p.add_argument("--out", default="reports", help="output folder (default reports)")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("lock", help="write a pinned, hashed lockfile for a vetted environment")
+    p.add_argument("env", nargs="?", default=None, help="environment id, e.g. cpu-torch2.13.0-tf5.23.0-fanone-cpu-py3.11")
+    p.add_argument("--best", default=None, metavar="GPU", help="lock the newest vetted environment for this GPU type")
+    p.add_argument("--results", action="append", default=None, metavar="DIR", help="results folder(s) (default reports/results)")
+    p.add_argument("--out", default="reports", help="output folder; the lock goes to OUT/locks/<env>/")
+    p.set_defaults(func=cmd_lock)
     p = sub.add_parser("classify", help="tell which known failure a training log shows, with evidence and remedy")
     p.add_argument("log", help="the log file, or - for standard input")
     p.add_argument("--exit-code", type=int, default=None, help="the run's exit status (-N or 128+N for signal N)")

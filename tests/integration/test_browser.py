@@ -1,0 +1,62 @@
+"""A real headless browser (Debian's chromium driven by playwright; no browser download) opens the report."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+from records_factory import make_record
+
+from envmatrix.jsonio import write_json_atomic
+from envmatrix.records import cell_stem
+from envmatrix.report import write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)"),
+    pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="needs playwright (the test extra)"),
+]
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def test_report_renders_filters_and_escapes(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    results = tmp_path / "results"
+    records = [
+        make_record("ok"),
+        make_record("sigfpe", scenario="bf16", evidence="line 9: Caught signal 8 (Floating point exception)"),
+        make_record("ok", transformers="4.57.6"),
+        make_record(
+            "error", scenario="bf16", transformers="4.57.6", evidence="<script>window.pwned = 1</script>", log_tail="<img src=x onerror='window.pwned=2'>"
+        ),
+        make_record("zero_grad", scenario="ctl-zero-grad", expect="zero_grad", gpu="H20", torch="2.8.0", cuda="12.8"),
+    ]
+    for rec in records:
+        write_json_atomic(results / f"{cell_stem(rec['cell']['id'])}.json", rec)
+    html = write_report([results], tmp_path)["html"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 800})
+        page.goto(html.as_uri())
+        assert page.locator("#matrix tbody tr").count() == 3
+        assert page.locator("td.cell").count() == 5
+        page.select_option("#f-outcome", "sigfpe")
+        visible = page.locator("#matrix tbody tr:not(.hidden)")
+        assert visible.count() == 1 and "2.6.0" in visible.inner_text()
+        page.select_option("#f-outcome", "")
+        page.select_option("#f-gpu", "H20")
+        assert page.locator("th.gpu:not(.hidden)").all_inner_texts() == ["H20"]
+        page.select_option("#f-gpu", "")
+        page.locator("td.cell[data-outcome='error']").click()
+        assert page.locator("#panel").is_visible()
+        assert page.locator("#p-evidence").inner_text() == "<script>window.pwned = 1</script>"
+        assert "onerror" in page.locator("#p-log").inner_text()
+        assert page.evaluate("window.pwned") is None
+        page.screenshot(path=str(tmp_path / "matrix.png"), full_page=True)
+        browser.close()
+    assert (tmp_path / "matrix.png").stat().st_size > 10_000

@@ -1,0 +1,58 @@
+"""Lock round trip: a lock written from a record's freeze installs with --require-hashes, same versions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from records_factory import make_record
+
+from envmatrix.errors import InputError
+from envmatrix.lock import write_lock
+
+pytestmark = pytest.mark.integration
+
+PINS = ["six==1.16.0", "iniconfig==2.0.0", "idna==3.7"]
+
+
+def test_lock_installs_with_require_hashes(tmp_path: Path) -> None:
+    records = [make_record("ok", freeze=PINS), make_record("zero_grad", scenario="ctl", expect="zero_grad", freeze=PINS)]
+    folder = write_lock(records, tmp_path, env_id=records[0]["cell"]["env"])
+    lock = (folder / "requirements.lock").read_text()
+    assert lock.count("--hash=sha256:") == 3
+    import tomllib
+
+    pylock = tomllib.loads((folder / "pylock.toml").read_text())
+    assert pylock["lock-version"] == "1.0" and {p["name"] for p in pylock["packages"]} == {"six", "iniconfig", "idna"}
+    assert all(len(p["wheels"][0]["hashes"]["sha256"]) == 64 for p in pylock["packages"])
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "install", "--quiet", "--require-hashes", "-r", str(folder / "requirements.lock")], check=True, timeout=600)
+    frozen = subprocess.run([*pip, "freeze"], capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(frozen) == sorted(PINS)
+
+
+def test_tampered_lock_is_refused(tmp_path: Path) -> None:
+    records = [make_record("ok", freeze=PINS[:1])]
+    folder = write_lock(records, tmp_path, env_id=records[0]["cell"]["env"])
+    lock = folder / "requirements.lock"
+    text = lock.read_text()
+    digest = text.split("sha256:")[1].split()[0]
+    lock.write_text(text.replace(digest, "0" * 64))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    got = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--require-hashes", "-r", str(lock)], capture_output=True, text=True)
+    assert got.returncode != 0 and "DO NOT MATCH" in got.stderr.upper()
+
+
+def test_unvetted_and_unknown_environments_are_refused(tmp_path: Path) -> None:
+    records = [make_record("nan_loss", freeze=PINS)]
+    with pytest.raises(InputError, match="is not vetted"):
+        write_lock(records, tmp_path, env_id=records[0]["cell"]["env"])
+    with pytest.raises(InputError, match="no records for this environment"):
+        write_lock(records, tmp_path, env_id="cu999-nothing")
+    with pytest.raises(InputError, match="no vetted environment for H20"):
+        write_lock(records, tmp_path, best_gpu="H20")

@@ -1,0 +1,77 @@
+"""Report rendering from fixture records, escaping, flat results, merging and vetting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from records_factory import make_record
+
+from envmatrix.jsonio import write_json_atomic
+from envmatrix.outcomes import OUTCOME_NAMES
+from envmatrix.records import cell_stem
+from envmatrix.report import render_html, write_report
+from envmatrix.vetting import best, vetted_environments
+
+EVIL = "<script>alert('pwned')</script>"
+
+
+def every_class() -> list[dict]:  # type: ignore[type-arg]
+    return [make_record(name, scenario=f"s-{name}") for name in OUTCOME_NAMES]
+
+
+def test_html_shows_every_class_and_escapes_logs() -> None:
+    records = every_class()
+    records.append(make_record("error", scenario="evil", evidence=f"line 1: {EVIL}", log_tail=f"{EVIL}\n</script><b>x</b>"))
+    html = render_html(records)
+    for name in OUTCOME_NAMES:
+        assert f'data-outcome="{name}"' in html
+    assert EVIL not in html and "</script><b>" not in html
+    assert "&lt;script&gt;alert(" in html  # the evidence in a title attribute, as text
+    assert "\\u003cscript\\u003e" in html  # the log tail in the JSON blob, inert
+    assert "http://" not in html and "https://" not in html  # self-contained: nothing to fetch
+
+
+def test_flags_failed_controls_and_lists_vetted() -> None:
+    records = [
+        make_record("ok", scenario="healthy"),
+        make_record("zero_grad", scenario="ctl-zero-grad", expect="zero_grad"),
+        make_record("ok", scenario="healthy", transformers="4.57.6"),
+        make_record("ok", scenario="ctl-zero-grad", expect="zero_grad", transformers="4.57.6"),
+    ]
+    html = render_html(records)
+    assert 'id="failed-controls"' in html and "expected zero_grad, got ok" in html
+    vetted = vetted_environments(records)
+    assert [v["transformers"] for v in vetted] == ["4.51.3"]
+    assert "cu124-torch2.6.0-tf4.51.3-fanone-a100-py3.11" in html.split('id="vetted"')[1]
+
+
+def test_vetting_rules() -> None:
+    ok = make_record("ok")
+    assert vetted_environments([ok])
+    assert not vetted_environments([ok, make_record("nan_loss", scenario="bf16")])
+    assert not vetted_environments([make_record("skipped")])
+    assert vetted_environments([ok, make_record("skipped", scenario="bf16-fa2")])  # skipped cells do not count
+    newer = make_record("ok", torch="2.7.1", cuda="12.8")
+    other_gpu = make_record("ok", torch="2.8.0", cuda="12.8", gpu="H20")
+    choice = best(vetted_environments([ok, newer, other_gpu]), "A100")
+    assert choice is not None and choice["torch"] == "2.7.1"
+    assert best(vetted_environments([ok]), "H20") is None
+
+
+def test_results_merge_from_two_runners(tmp_path: Path) -> None:
+    a100, h20 = tmp_path / "a100", tmp_path / "h20"
+    for folder, gpu in ((a100, "A100"), (h20, "H20")):
+        for rec in (make_record("ok", gpu=gpu), make_record("sigfpe", gpu=gpu, scenario="bf16")):
+            write_json_atomic(folder / f"{cell_stem(rec['cell']['id'])}.json", rec)
+    (a100 / "torn.json").write_text("{ not json")
+    paths = write_report([a100, h20], tmp_path / "out")
+    frame = pd.read_csv(paths["csv"])
+    assert len(frame) == 4 and set(frame["gpu"]) == {"A100", "H20"}
+    assert set(frame["class"]) == {"ok", "sigfpe"}
+    rows = json.loads(paths["json"].read_text())
+    assert {r["id"] for r in rows} == set(frame["id"])
+    html = paths["html"].read_text()
+    assert 'data-gpu="A100"' in html and 'data-gpu="H20"' in html
+    assert html.count('class="cell') == 4
