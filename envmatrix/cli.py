@@ -14,6 +14,7 @@ from rich.table import Table
 
 from . import __version__, plan
 from .backends import Backend, BuildFailed
+from .backends.docker import DockerBackend, connect
 from .backends.host import HostBackend
 from .backends.venv import VenvBackend
 from .cells import SKIPPED, Cell, expand
@@ -27,7 +28,7 @@ from .records import load_records
 from .report import is_current, report_paths, write_report
 from .runfacts import gather
 from .runner import Paths, Runner
-from .spec import Spec, load
+from .spec import Profile, Spec, load
 from .summary import print_summary
 
 Handler = Callable[[argparse.Namespace], int]
@@ -141,29 +142,40 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def make_backend(name: str, prof: Profile, gpu_count: int, venvs: Path, base: Path, console: Console, profile: str, gpu: str) -> Backend:
+    """The backend asked for; `auto` is docker on a GPU host with a reachable engine, else venv (said in one line)."""
+    if name == "auto":
+        if gpu_count == 0:
+            name, why = "venv", "no GPU found"
+        else:
+            try:
+                connect()
+                name, why = "docker", "GPU and Docker engine found"
+            except BackendError as exc:
+                name, why = "venv", f"GPU found but no usable Docker engine ({exc})"
+        console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the {name} backend")
+    if name == "host":
+        return HostBackend()
+    if name == "docker":
+        wheelhouse = (base / prof.wheelhouse) if prof.wheelhouse else None
+        if wheelhouse is not None and not wheelhouse.is_dir():
+            raise InputError(f"wheelhouse {wheelhouse}: no such folder (profiles.{profile}.wheelhouse)")
+        return DockerBackend(base_images=prof.base_images, wheelhouse=wheelhouse, build_from_source=prof.build_from_source)
+    try:
+        return VenvBackend(venvs)
+    except BuildFailed as exc:
+        raise BackendError(str(exc)) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the matrix for this host's GPU type, record and classify every cell, print the summary."""
     gpus = detect_gpus()
-    _, profile, cells = select_cells(args, gpu=None)
+    spec, profile, cells = select_cells(args, gpu=None)
     gpu = args.gpu or gpus.matrix_name
     if gpu is None:
         raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; name its matrix GPU type with --gpu")
-    backend_name = args.backend
     console = Console()
-    if backend_name == "auto":
-        backend_name = "venv"
-        why = "no GPU found" if gpus.count == 0 else "the docker backend is not available yet"
-        console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the venv backend")
-    backend: Backend
-    if backend_name == "host":
-        backend = HostBackend()
-    elif backend_name == "venv":
-        try:
-            backend = VenvBackend(Path(args.venvs))
-        except BuildFailed as exc:
-            raise BackendError(str(exc)) from None
-    else:
-        raise BackendError(f"--backend {backend_name}: not available yet; use venv or host")
+    backend = make_backend(args.backend, spec.profiles[profile], gpus.count, Path(args.venvs), Path(args.file).parent, console, profile, gpu)
     paths = Paths(Path(args.reports))
     runner = Runner(backend, paths, jobs=args.jobs, timeout=args.timeout, rerun=args.rerun, gpu_count=gpus.count, console=console)
     report = runner.run(cells, gpu)

@@ -33,12 +33,12 @@ class Completed:
     seconds: float
 
 
-def probe_command(python: str, scenario: Scenario, out_dir: Path, extra: list[str] | None = None) -> list[str]:
+def probe_command(python: str, scenario: Scenario, out_dir: Path, probe: Path = PROBE) -> list[str]:
     """The command that runs `scenario` under `python`, through torchrun when it needs several ranks."""
     launcher = [python]
     if scenario.world_size > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={scenario.world_size}"]
-    return [*launcher, str(PROBE), "--out", str(out_dir), *scenario.probe_args(), *(extra or [])]
+    return [*launcher, str(probe), "--out", str(out_dir), *scenario.probe_args()]
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -206,12 +206,9 @@ class Runner:
         log = self.paths.logs / f"{stem}.log"
         for stale in ("result.json", "metrics.jsonl"):
             (out / stale).unlink(missing_ok=True)
-        env = dict(ready.env)
-        if self.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
-        done = execute.run_logged(execute.probe_command(ready.python, cell.scenario, out), log, timeout=self.timeout, env=env or None)
+        done = self.backend.run(ready, cell.scenario, out, log, timeout=self.timeout, gpu_ids=gpu_ids)
         facts = gather(out, log, exit_code=done.exit_code, timed_out=done.timed_out)
-        sig = signal_number(done.exit_code) if done.exit_code < 0 else None
+        sig = signal_number(done.exit_code)
         result = facts.result or {}
         record.update(
             status="done",
@@ -303,7 +300,7 @@ class Runner:
                         progress.update(task, advance=1, tally=self._tally(), description=_short(running))
             except KeyboardInterrupt:
                 self.stopping.set()
-                execute.kill_all()
+                self.backend.stop_all()
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise Interrupted(
                     f"interrupted: {report.ran} cells recorded this run, {report.cached} cached; "

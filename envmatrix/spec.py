@@ -94,6 +94,8 @@ class Profile:
     skip: tuple[str, ...] = ()
     build_from_source: bool = False
     description: str = ""
+    base_images: dict[str, str] = field(default_factory=dict)
+    wheelhouse: str | None = None
 
 
 @dataclass(frozen=True)
@@ -288,7 +290,9 @@ def _kind(value: Any) -> str:
 
 
 TOP_KEYS = ("version", "profiles", "scenarios")
-PROFILE_KEYS = (*AXES, "scenarios", "include", "exclude", "select", "skip", "build_from_source", "description")
+PROFILE_KEYS = (*AXES, "scenarios", "include", "exclude", "select", "skip", "build_from_source", "description", "base_images", "wheelhouse")
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?$")
+_PATH = re.compile(r"^[A-Za-z0-9._/~+-]+$")
 RULE_KEYS = (*AXES, "scenario", "reason")
 
 
@@ -367,6 +371,24 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
             include.append(env)
     exclude = [_rule(ck, r, (*path, "exclude", i), names) for i, r in enumerate(values.get("exclude", []) or [])]
     patterns = {key: ck.string_list(values.get(key, []), (*path, key), check_pattern, allow_empty=True) for key in ("select", "skip")}
+    base_images: dict[str, str] = {}
+    raw_images = values.get("base_images", {}) or {}
+    if not isinstance(raw_images, dict):
+        ck.err((*path, "base_images"), "must be a mapping of CUDA version (or none) → image reference")
+    else:
+        for cuda, image in raw_images.items():
+            ipath = (*path, "base_images", cuda)
+            problem = _check_cuda(cuda)
+            if problem:
+                ck.err(ipath, problem)
+            elif not isinstance(image, str) or not _IMAGE.match(image):
+                ck.err(ipath, f"{image!r} is not an image reference such as nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04[@sha256:<64 hex>]")
+            else:
+                base_images[cuda] = image
+    wheelhouse = values.get("wheelhouse")
+    if wheelhouse is not None and (not isinstance(wheelhouse, str) or not _PATH.match(wheelhouse)):
+        ck.err((*path, "wheelhouse"), f"{wheelhouse!r} is not a plain folder path (letters, digits, '.', '_', '/', '-')")
+        wheelhouse = None
     bfs = values.get("build_from_source", False)
     if not isinstance(bfs, bool):
         ck.err((*path, "build_from_source"), f"must be true or false, got {bfs!r}")
@@ -382,6 +404,8 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
         skip=patterns["skip"],
         build_from_source=bfs is True,
         description=str(values.get("description", "")),
+        base_images=base_images,
+        wheelhouse=wheelhouse,
     )
 
 

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..execute import Completed, kill_all, probe_command, run_logged
 from ..plan import Build
+from ..spec import Scenario
 
 
 @dataclass(frozen=True)
@@ -32,3 +34,24 @@ class Backend(Protocol):
     def prepare(self, build: Build, log: Path) -> Prepared:
         """Create the environment (or reuse it); raise BuildFailed with the failing step."""
         ...
+
+    def run(self, ready: Prepared, scenario: Scenario, out: Path, log: Path, *, timeout: float, gpu_ids: list[int]) -> Completed:
+        """Run one scenario in a prepared environment, output in `out`, all its output into `log`."""
+        ...
+
+    def stop_all(self) -> None:
+        """Kill every cell still running (Ctrl-C): nothing may outlive the runner."""
+        ...
+
+
+class ProcessBackend:
+    """Cells as child processes of the runner (host and venv backends)."""
+
+    def run(self, ready: Prepared, scenario: Scenario, out: Path, log: Path, *, timeout: float, gpu_ids: list[int]) -> Completed:
+        env = dict(ready.env) or None
+        if gpu_ids:
+            env = {**(env or {}), "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))}
+        return run_logged(probe_command(ready.python, scenario, out), log, timeout=timeout, env=env)
+
+    def stop_all(self) -> None:
+        kill_all()

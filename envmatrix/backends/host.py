@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 from ..plan import Build
-from . import Prepared
+from . import Prepared, ProcessBackend
 
 
-class HostBackend:
+class HostBackend(ProcessBackend):
     """Runs every cell with sys.executable; the record's environment facts say what really ran."""
 
     name = "host"

@@ -27,7 +27,7 @@ from ..hostinfo import detect_gpus
 from ..jsonio import read_json
 from ..pipconfig import PipSettings, cpu_torch_install_args, read_pip_settings
 from ..plan import Build
-from . import BuildFailed, Prepared
+from . import BuildFailed, Prepared, ProcessBackend
 
 PEFT = "peft==0.21.2"
 MARKER = ".envmatrix.json"
@@ -47,7 +47,7 @@ def torch_requirement(env: Environment, settings: PipSettings) -> list[str]:
     return [f"torch=={env.torch}", "--extra-index-url", f"https://download.pytorch.org/whl/{env.cuda_tag}"]
 
 
-class VenvBackend:
+class VenvBackend(ProcessBackend):
     """Virtualenvs under `root/<build id>`, reused while their inputs are unchanged."""
 
     name = "venv"

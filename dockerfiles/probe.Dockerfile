@@ -1,0 +1,60 @@
+# The envmatrix probe image: one per environment, layered so the slow, shared parts come first.
+# base → Python → torch  (shared by environments that differ only in transformers or flash-attn)
+#      → transformers, peft → flash-attn → the probe (last: editing it rebuilds one small layer)
+# Every value below arrives as a build ARG validated by envmatrix (versions and names only).
+ARG BASE_IMAGE=envmatrix-base:bookworm
+FROM ${BASE_IMAGE}
+
+# CA certificates for corporate mirrors and TLS-intercepting proxies (the host's bundle).
+COPY certs/ca.crt /etc/envmatrix/ca.crt
+ENV PIP_CERT=/etc/envmatrix/ca.crt \
+    SSL_CERT_FILE=/etc/envmatrix/ca.crt \
+    REQUESTS_CA_BUNDLE=/etc/envmatrix/ca.crt \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_FIND_LINKS=/wheelhouse \
+    PYTHONUNBUFFERED=1
+
+# Python: the base image's when it has this version (Debian bookworm: 3.11), else the distribution's package.
+ARG PYTHON=3.11
+RUN if ! command -v "python${PYTHON}" >/dev/null 2>&1; then \
+        apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            "python${PYTHON}" "python${PYTHON}-venv" ca-certificates && rm -rf /var/lib/apt/lists/*; \
+    fi \
+ && "python${PYTHON}" -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+
+# Mirrors: index URLs as build args (http and https only; file:// paths on the host mean nothing here).
+ARG PIP_INDEX_URL=
+ARG PIP_EXTRA_INDEX_URL=
+
+# torch, pinned exactly; a CPU torch comes from the wheelhouse (a CUDA build is several GB).
+COPY wheelhouse/ /wheelhouse/
+ARG TORCH_REQUIREMENT
+ARG TORCH_INDEX_URL=
+RUN pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} "$TORCH_REQUIREMENT"
+
+ARG TRANSFORMERS
+ARG PEFT
+RUN pip install "transformers==${TRANSFORMERS}" "${PEFT}"
+
+# flash-attn: the prebuilt wheel whose name matches the installed torch's C++ ABI (read here, not assumed),
+# from the wheelhouse when it holds it, else from the release; a source build only when the matrix allows.
+ARG FLASH_ATTN=none
+ARG FLASH_WHEEL_ABI_TRUE=
+ARG FLASH_WHEEL_ABI_FALSE=
+ARG FLASH_ATTN_BUILD_FROM_SOURCE=0
+ARG MAX_JOBS=4
+RUN if [ "$FLASH_ATTN" != "none" ]; then \
+        abi=$(python -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"); \
+        if [ "$abi" = 1 ]; then wheel="$FLASH_WHEEL_ABI_TRUE"; else wheel="$FLASH_WHEEL_ABI_FALSE"; fi; \
+        if [ -f "/wheelhouse/$wheel" ]; then pip install "/wheelhouse/$wheel"; \
+        elif [ "$FLASH_ATTN_BUILD_FROM_SOURCE" = 1 ]; then MAX_JOBS="$MAX_JOBS" pip install --no-build-isolation "flash-attn==$FLASH_ATTN"; \
+        else pip install "https://github.com/Dao-AILab/flash-attention/releases/download/v${FLASH_ATTN}/${wheel}"; fi; \
+    fi
+
+# The probe runs as an unprivileged user; its output folder is mounted at /out.
+RUN useradd --create-home --uid 1000 probe
+COPY grpo_smoke.py /opt/envmatrix/grpo_smoke.py
+USER 1000
+WORKDIR /home/probe
