@@ -179,3 +179,21 @@ def test_every_problem_reported_at_once(matrix: Make) -> None:
 
     msg = problems(matrix(edit))
     assert msg.count("\n") >= 2
+
+
+def test_base_images_and_wheelhouse(matrix: Make) -> None:
+    digest = "nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04@sha256:" + "a" * 64
+
+    def good(d: dict[str, Any]) -> None:
+        d["profiles"]["gpu"].update(base_images={"12.4": digest}, wheelhouse="wheels/cu124")
+
+    prof = load(matrix(good)).profiles["gpu"]
+    assert prof.base_images == {"12.4": digest} and prof.wheelhouse == "wheels/cu124"
+
+    def bad(d: dict[str, Any]) -> None:
+        d["profiles"]["gpu"].update(base_images={"12.4": "ubuntu; rm -rf /", "twelve": "x"}, wheelhouse="$(id)")
+
+    msg = problems(matrix(bad))
+    assert "profiles.gpu.base_images.12.4: 'ubuntu; rm -rf /' is not an image reference" in msg
+    assert "profiles.gpu.base_images.twelve: 'twelve' is not a CUDA version" in msg
+    assert "profiles.gpu.wheelhouse: '$(id)' is not a plain folder path" in msg
