@@ -48,7 +48,9 @@ SIGNATURES: dict[str, str] = {
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
-    "garbled_output:repeat": r", (?P<tok>\d\d+), (?P=tok), (?P=tok), (?:(?P=tok),\s*){12,}",
+    # one token id repeated: a printed list, maybe wrapped over lines that carry rank/log prefixes or
+    # are interleaved with another rank's \r-redrawn progress bar
+    "garbled_output:repeat": r", (?P<tok>\d\d+)(?:,(?:\s|\[[^\]\n]{0,80}\]|:|\r[^\n]*)*(?P=tok)\b){15,}",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
     "nccl_error:watchdog": r"Watchdog caught collective operation timeout",
     "nccl_error:error": r"NCCL error in:",

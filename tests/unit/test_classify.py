@@ -275,3 +275,26 @@ def test_classify_command_unreadable(tmp_path: Path) -> None:
     assert out.returncode == 2 and b"cannot read the log" in out.stderr
     out = run_cli("classify", str(tmp_path))
     assert out.returncode == 2
+
+
+def _noisy_variants(data: bytes) -> dict[str, bytes]:
+    """The same failure under other noise: colours, rank prefixes, CRLF, progress bars, bad bytes, a long prefix."""
+    lines = data.splitlines()
+    bar = b"\r 37%|\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88      | 37/100 [00:12<00:21,  2.95it/s]"
+    return {
+        "ansi": b"\n".join(b"\x1b[2m" + ln + b"\x1b[0m" for ln in lines),
+        "rank_prefix": b"\n".join(b"[rank3]:[W1122 05:00:00.123 ProcessGroup.cpp:1] " + ln for ln in lines),
+        "crlf": b"\r\n".join(lines),
+        "progress_bars": b"\n".join(bar + b"\n" + ln for ln in lines),
+        "bad_bytes": b"\xff\xfe latin-1 caf\xe9 \x80\x81\n" + data + b"\n\xc3\x28 truncated utf-8 \xe2\x82\n",
+        "long_prefix": (b"INFO step ok, nothing to see here, " * 3 + b"\n") * 50_000 + data,
+    }
+
+
+@pytest.mark.skipif(not real_cases(), reason="../shared/real-logs is absent (a checkout without shared/)")
+@pytest.mark.parametrize(("name", "expected"), real_cases())
+def test_real_log_under_other_noise(name: str, expected: str) -> None:
+    data = (REAL_LOGS / name).read_bytes()
+    for kind, noisy in _noisy_variants(data).items():
+        got = classify(RunFacts(scan=scan_stream(io.BytesIO(noisy)))).outcome
+        assert got == expected, f"{name} with {kind}: {got}"
