@@ -28,8 +28,8 @@ def read_metrics(path: Path) -> tuple[dict[str, Any], ...]:
     return tuple(rows)
 
 
-def gather(out_dir: Path, log_path: Path | None, *, exit_code: int | None, timed_out: bool = False, build_failed: str | None = None) -> RunFacts:
-    """RunFacts from a probe output folder and its log."""
+def gather(out_dir: Path | None, log_path: Path | None, *, exit_code: int | None, timed_out: bool = False, build_failed: str | None = None) -> RunFacts:
+    """RunFacts from a probe output folder (None where the probe never ran) and its log."""
     scan = None
     if log_path is not None and log_path.exists():
         with log_path.open("rb") as fh:
@@ -37,8 +37,8 @@ def gather(out_dir: Path, log_path: Path | None, *, exit_code: int | None, timed
     return RunFacts(
         **({"scan": scan} if scan is not None else {}),
         exit_code=exit_code,
-        result=read_json(out_dir / "result.json"),
-        metrics=read_metrics(out_dir / "metrics.jsonl"),
+        result=read_json(out_dir / "result.json") if out_dir else None,
+        metrics=read_metrics(out_dir / "metrics.jsonl") if out_dir else (),
         timed_out=timed_out,
         build_failed=build_failed,
     )

@@ -172,7 +172,7 @@ class Runner:
         ready = self.prepare(build)
         build_log = self.paths.logs / "builds" / f"{build.build_id}.log"
         if isinstance(ready, BuildFailed):
-            facts = gather(Path("/nonexistent"), build_log, exit_code=None, build_failed=str(ready))
+            facts = gather(None, build_log, exit_code=None, build_failed=str(ready))
             verdict = classify(facts)
             record.update(status="build_failed", timings={"prepare_s": None, "probe_s": None}, log={"path": str(build_log), "tail": log_tail(build_log)})
         else:

@@ -164,3 +164,17 @@ def test_two_runners_share_one_results_folder(tmp_path: Path) -> None:
     recs = records(reports)
     assert set(recs) == {"s0", "s1", "s2", "s3"}
     assert all(r["outcome"]["class"] == "ok" for r in recs.values())
+
+
+def test_failed_build_is_recorded_for_each_of_its_cells(tmp_path: Path) -> None:
+    """A venv that cannot be built (no such transformers release) ends in build_failed records, not a crash."""
+    path = write_matrix(tmp_path, {**HEALTHY, **CONTROL}, transformers=["99.0.0"])
+    args = ("run", "--file", str(path), "--backend", "venv", "--venvs", str(tmp_path / "venvs"), "--reports", str(tmp_path / "r"))
+    code, out = finish(envmatrix(*args, cwd=tmp_path))
+    assert code == 0, out
+    recs = records(tmp_path / "r")
+    assert set(recs) == {"fp32-sdpa", "ctl-zero-grad"}
+    for rec in recs.values():
+        assert rec["status"] == "build_failed" and rec["outcome"]["class"] == "build_failed"
+        assert "install torch, transformers, peft failed" in rec["outcome"]["evidence"]
+        assert "transformers" in rec["log"]["tail"]
