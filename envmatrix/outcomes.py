@@ -29,5 +29,15 @@ class Outcome(str, Enum):
 
 OUTCOME_NAMES: tuple[str, ...] = tuple(o.value for o in Outcome)
 
+#: How the terminal and the HTML show an outcome beside its name (every failure class: ✗).
+GLYPHS: dict[str, str] = {"ok": "✓", "skipped": "·"}
+FAILURE_GLYPH = "✗"
+
+
+def glyph(outcome: str) -> str:
+    """The glyph for an outcome: ✓ ok, · skipped, ✗ any failure class."""
+    return GLYPHS.get(outcome, FAILURE_GLYPH)
+
+
 #: Outcomes a control may declare with `expect:`; the rest are not failure modes a probe can provoke.
 EXPECTABLE: tuple[str, ...] = tuple(o.value for o in Outcome if o not in (Outcome.OK, Outcome.SKIPPED, Outcome.BUILD_FAILED))

@@ -11,7 +11,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+TORCH_INDEX = "https://download.pytorch.org/whl"
+
+
+def torch_index_url(build_tag: str) -> str:
+    """PyTorch's wheel index for a build: `cpu`, `cu124`, ... (versions there carry the tag: 2.6.0+cu124)."""
+    return f"{TORCH_INDEX}/{build_tag}"
 
 
 @dataclass(frozen=True)
@@ -69,5 +74,5 @@ def cpu_torch_install_args(version: str, settings: PipSettings | None = None) ->
     provide it, else the PyTorch CPU index. Never a bare `torch`, which would pull a CUDA build."""
     settings = settings or read_pip_settings()
     folder = local_torch_wheel(version, settings.find_links)
-    source = ["--find-links", folder] if folder else ["--extra-index-url", CPU_INDEX]
+    source = ["--find-links", folder] if folder else ["--extra-index-url", torch_index_url("cpu")]
     return [f"torch=={version}+cpu", *source]

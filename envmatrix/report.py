@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from . import __version__
+from .outcomes import glyph
 from .records import load_records
 from .vetting import vetted_environments
 
@@ -42,7 +43,6 @@ CLASS_COLOURS = {
     "error": "#57606a",
     "build_failed": "#24292f",
 }
-GLYPH = {"ok": "✓", "skipped": "·"}
 COLUMNS = [
     "id", "env", "build", "cuda", "torch", "transformers", "flash_attn", "gpu", "python", "scenario", "status", "class",
     "evidence", "remedy", "expect", "control", "exit_code", "signal", "timed_out", "prepare_s", "probe_s", "steps",
@@ -146,7 +146,7 @@ def render_html(records: list[dict[str, Any]], locks: dict[str, str] | None = No
         details=details,
         counts=counts.most_common(),
         colours=CLASS_COLOURS,
-        glyph=GLYPH,
+        glyph=glyph,
         failed_controls=failed_controls,
         vetted=vetted_environments(records),
         locks=locks or {},

@@ -27,10 +27,11 @@ from .cells import SKIPPED, Cell
 from .classify import REMEDIES, classify, control_status, signal_number
 from .errors import Interrupted
 from .jsonio import read_json, write_json_atomic
+from .outcomes import glyph
 from .plan import Build, builds
 from .records import cell_stem, inputs_hash, log_tail
 from .runfacts import gather
-from .summary import GLYPHS, cell_text
+from .summary import cell_text
 
 
 @dataclass(frozen=True)
@@ -116,14 +117,14 @@ class Runner:
 
     # ---- records ---------------------------------------------------------------------------------
 
-    def record_path(self, cell: Cell) -> Path:
-        return self.paths.results / f"{cell_stem(cell.id)}.json"
+    def record_path(self, cell_id: str) -> Path:
+        return self.paths.results / f"{cell_stem(cell_id)}.json"
 
     def cached(self, cell: Cell) -> dict[str, Any] | None:
         """The existing record when its inputs are unchanged (and --rerun was not given)."""
         if self.rerun:
             return None
-        record = read_json(self.record_path(cell))
+        record = read_json(self.record_path(cell.id))
         if record and record.get("inputs") == inputs_hash(cell, self.probe_source, self.backend.name):
             return record
         return None
@@ -225,7 +226,7 @@ class Runner:
         return classify(facts), record
 
     def write(self, record: dict[str, Any]) -> dict[str, Any]:
-        write_json_atomic(self.paths.results / f"{cell_stem(record['cell']['id'])}.json", record)
+        write_json_atomic(self.record_path(record["cell"]["id"]), record)
         return record
 
     # ---- the matrix ------------------------------------------------------------------------------
@@ -309,7 +310,7 @@ class Runner:
             pool.shutdown(wait=True)
 
     def _tally(self) -> str:
-        return " ".join(f"{GLYPHS.get(k, '✗')}{k}:{v}" for k, v in sorted(self.tally.items()))
+        return " ".join(f"{glyph(k)}{k}:{v}" for k, v in sorted(self.tally.items()))
 
 
 def _short(running: set[str]) -> str:

@@ -110,10 +110,13 @@ class Spec:
 # ---- field checks: each returns an error fragment, or None when the value is fine -------------
 
 
+def _offending(value: str, allowed: str) -> str:
+    """The characters of `value` outside the character class `allowed`, quoted and sorted."""
+    return ", ".join(repr(c) for c in sorted({c for c in value if not re.match(allowed, c)}))
+
+
 def _bad_chars(value: str) -> str:
-    bad = sorted({c for c in value if not re.match(r"[A-Za-z0-9._+-]", c)})
-    shown = ", ".join(repr(c) for c in bad)
-    return f"it contains {shown}, characters never passed to a shell or a Dockerfile"
+    return f"it contains {_offending(value, r'[A-Za-z0-9._+-]')}, characters never passed to a shell or a Dockerfile"
 
 
 def check_version(value: str, example: str = "2.5.1") -> str | None:
@@ -131,9 +134,10 @@ def check_version(value: str, example: str = "2.5.1") -> str | None:
 
 def check_pattern(value: str) -> str | None:
     """An fnmatch pattern over names and versions: their characters plus `*`, `?` and brace lists."""
-    if re.fullmatch(r"[A-Za-z0-9._+*?{},/-]+", value):
+    allowed = r"[A-Za-z0-9._+*?{},/-]"
+    if re.fullmatch(allowed + "+", value):
         return None
-    bad = ", ".join(repr(c) for c in sorted({c for c in value if not re.match(r"[A-Za-z0-9._+*?{},/-]", c)}))
+    bad = _offending(value, allowed)
     return f"'{value}' is not a pattern: it contains {bad}; use names, versions, '*', '?' and {{a,b}}"
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-GLYPHS = {"ok": "✓", "skipped": "·"}
+from .outcomes import glyph
 
 
 def cell_text(record: dict[str, Any]) -> str:
@@ -39,7 +39,7 @@ def print_summary(console: Console, records: list[dict[str, Any]], *, results_di
         table.add_row(env, *(cell_text(by_id[(env, s)]) if (env, s) in by_id else "" for s in scenarios))
     console.print(table)
     counts = Counter(r["outcome"]["class"] for r in records)
-    console.print("outcomes: " + ", ".join(f"{GLYPHS.get(k, '✗')} {k} {v}" for k, v in counts.most_common()))
+    console.print("outcomes: " + ", ".join(f"{glyph(k)} {k} {v}" for k, v in counts.most_common()))
     failed = [r for r in records if r.get("control") == "not reproduced"]
     controls = [r for r in records if r.get("control")]
     if controls:

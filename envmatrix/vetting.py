@@ -11,7 +11,7 @@ from typing import Any
 
 from packaging.version import Version
 
-AXES = ("cuda", "torch", "transformers", "flash_attn", "gpu", "python")
+from .spec import AXES
 
 
 def vetted_environments(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

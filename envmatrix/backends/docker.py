@@ -23,8 +23,8 @@ import certifi
 from .. import catalog
 from ..cells import Environment
 from ..errors import BackendError
-from ..execute import Completed, probe_command
-from ..pipconfig import CPU_INDEX, PipSettings, local_torch_wheel, read_pip_settings
+from ..execute import PROBE, Completed, probe_command
+from ..pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch_index_url
 from ..plan import Build
 from ..spec import Scenario
 from . import BuildFailed, Prepared
@@ -119,10 +119,10 @@ class DockerBackend:
             args["PIP_INDEX_URL"] = self.settings.index_url
         if env.cuda == "none":
             args["TORCH_REQUIREMENT"] = f"torch=={env.torch}+cpu"
-            args["TORCH_INDEX_URL"] = "" if any(wheels.glob(f"torch-{env.torch}+cpu-*.whl")) else CPU_INDEX
+            args["TORCH_INDEX_URL"] = "" if any(wheels.glob(f"torch-{env.torch}+cpu-*.whl")) else torch_index_url(env.cuda_tag)
         else:
             args["TORCH_REQUIREMENT"] = f"torch=={env.torch}"
-            args["TORCH_INDEX_URL"] = f"https://download.pytorch.org/whl/{env.cuda_tag}"
+            args["TORCH_INDEX_URL"] = torch_index_url(env.cuda_tag)
         if env.flash_attn != "none":
             for flag in (True, False):
                 key = "FLASH_WHEEL_ABI_TRUE" if flag else "FLASH_WHEEL_ABI_FALSE"
@@ -132,7 +132,7 @@ class DockerBackend:
     def _context(self, env: Environment, folder: Path) -> None:
         """The build context: Dockerfile, probe, CA bundle, and a wheelhouse (the CPU torch, the user's wheels)."""
         shutil.copy(DOCKERFILE, folder / "Dockerfile")
-        shutil.copy(ROOT / "probes" / "grpo_smoke.py", folder / "grpo_smoke.py")
+        shutil.copy(PROBE, folder / "grpo_smoke.py")
         (folder / "certs").mkdir()
         ca = HOST_CA if HOST_CA.exists() else Path(certifi.where())
         shutil.copy(ca, folder / "certs" / "ca.crt")

@@ -25,7 +25,7 @@ from .. import catalog
 from ..cells import Environment
 from ..hostinfo import detect_gpus
 from ..jsonio import read_json
-from ..pipconfig import PipSettings, cpu_torch_install_args, read_pip_settings
+from ..pipconfig import PipSettings, cpu_torch_install_args, read_pip_settings, torch_index_url
 from ..plan import Build
 from . import BuildFailed, Prepared, ProcessBackend
 
@@ -44,7 +44,7 @@ def torch_requirement(env: Environment, settings: PipSettings) -> list[str]:
     """The exact torch build and where it comes from."""
     if env.cuda == "none":
         return cpu_torch_install_args(env.torch, settings)
-    return [f"torch=={env.torch}", "--extra-index-url", f"https://download.pytorch.org/whl/{env.cuda_tag}"]
+    return [f"torch=={env.torch}", "--extra-index-url", torch_index_url(env.cuda_tag)]
 
 
 class VenvBackend(ProcessBackend):
