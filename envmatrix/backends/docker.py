@@ -83,6 +83,8 @@ class DockerBackend:
         settings: PipSettings | None = None,
         client: Any = None,
     ) -> None:
+        if not DOCKERFILE.is_file():
+            raise BackendError(f"{DOCKERFILE}: the probe's Dockerfile is missing; the docker backend runs from a checkout of envmatrix (git clone)")
         self.client = client or connect()
         self.base_images = {**CUDA_BASES, "none": CPU_BASE, **(base_images or {})}
         self.wheelhouse = wheelhouse
