@@ -42,6 +42,13 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def unit(session: nox.Session) -> None:
+    """The fast layer only: pure unit tests and hostile inputs, no venvs, engines or browsers (seconds)."""
+    session.install("-e", ".[test]", *PROBE_DEPS, *cpu_torch_install_args(CPU_TORCH), env=COMPILE)
+    session.run("pytest", "tests/unit", "tests/hostile", "-m", "not integration", *session.posargs)
+
+
+@nox.session(default=False)
 def lint(session: nox.Session) -> None:
     """ruff and mypy (strict) over the package, the probe, the tests and the benchmarks."""
     session.install("-e", ".[dev]", *PROBE_DEPS, *cpu_torch_install_args(CPU_TORCH))

@@ -16,6 +16,7 @@ from typing import Any
 
 from .logscan import LogScan
 from .outcomes import Outcome
+from .records import Verdict
 
 REMEDIES: dict[str, str] = {
     "ok": "nothing to fix: this stack trains cleanly in this scenario",
@@ -42,21 +43,6 @@ REMEDIES: dict[str, str] = {
     "build_failed": "read the failing build step in the log; pin versions that publish wheels for this Python/CUDA",
     "skipped": "see the reason: the catalog rules this combination out",
 }
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The classification of one run."""
-
-    outcome: str
-    evidence: str
-    remedy: str
-    rule: str
-    also: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON form: `class`, `evidence`, `remedy`, plus the rule and the other classes seen."""
-        return {"class": self.outcome, "evidence": self.evidence, "remedy": self.remedy, "rule": self.rule, "also": list(self.also)}
 
 
 @dataclass(frozen=True)
@@ -245,3 +231,8 @@ def control_status(expect: str | None, outcome: str) -> str | None:
     if expect is None:
         return None
     return "reproduced" if outcome == expect else "not reproduced"
+
+
+def decided(outcome: str, evidence: str, rule: str) -> Verdict:
+    """A verdict fixed before any run: a cell the catalog or the runner skips, a backend that raised."""
+    return Verdict(outcome, evidence, REMEDIES[outcome], rule)

@@ -13,13 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__, plan
-from .backends import Backend, BuildFailed
-from .backends.docker import DockerBackend, connect
-from .backends.host import HostBackend
-from .backends.venv import VenvBackend
+from .backends.registry import NAMES as BACKEND_NAMES
+from .backends.registry import BackendOptions, choose, make_backend
 from .cells import SKIPPED, Cell, expand
 from .classify import RunFacts, classify, control_status
-from .errors import BackendError, EnvmatrixError, InputError
+from .errors import EnvmatrixError, InputError
 from .execute import probe_command, run_logged
 from .hostinfo import default_profile, detect_gpus
 from .lock import write_lock
@@ -28,7 +26,7 @@ from .records import load_records
 from .report import is_current, report_paths, write_report
 from .runfacts import gather
 from .runner import Paths, Runner
-from .spec import Profile, Spec, load
+from .spec import Spec, load
 from .summary import print_summary
 
 Handler = Callable[[argparse.Namespace], int]
@@ -52,6 +50,10 @@ def select_cells(args: argparse.Namespace, *, gpu: str | None) -> tuple[Spec, st
     if gpu is not None and gpu not in have:
         raise InputError(f"--gpu {gpu}: profile '{profile}' has no such GPU; it has {', '.join(have)}")
     return spec, profile, expand(spec, profile, only=args.only, skip=args.skip, gpu=gpu)
+
+
+def _warn(message: str) -> None:
+    print(f"envmatrix: warning: {message}", file=sys.stderr)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -142,31 +144,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_backend(name: str, prof: Profile, gpu_count: int, venvs: Path, base: Path, console: Console, profile: str, gpu: str) -> Backend:
-    """The backend asked for; `auto` is docker on a GPU host with a reachable engine, else venv (said in one line)."""
-    if name == "auto":
-        if gpu_count == 0:
-            name, why = "venv", "no GPU found"
-        else:
-            try:
-                connect()
-                name, why = "docker", "GPU and Docker engine found"
-            except BackendError as exc:
-                name, why = "venv", f"GPU found but no usable Docker engine ({exc})"
-        console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the {name} backend")
-    if name == "host":
-        return HostBackend()
-    if name == "docker":
-        wheelhouse = (base / prof.wheelhouse) if prof.wheelhouse else None
-        if wheelhouse is not None and not wheelhouse.is_dir():
-            raise InputError(f"wheelhouse {wheelhouse}: no such folder (profiles.{profile}.wheelhouse)")
-        return DockerBackend(base_images=prof.base_images, wheelhouse=wheelhouse, build_from_source=prof.build_from_source)
-    try:
-        return VenvBackend(venvs)
-    except BuildFailed as exc:
-        raise BackendError(str(exc)) from None
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the matrix for this host's GPU type, record and classify every cell, print the summary."""
     gpus = detect_gpus()
@@ -175,7 +152,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if gpu is None:
         raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; name its matrix GPU type with --gpu")
     console = Console()
-    backend = make_backend(args.backend, spec.profiles[profile], gpus.count, Path(args.venvs), Path(args.file).parent, console, profile, gpu)
+    name, why = choose(args.backend, gpus.count)
+    if args.backend == "auto":
+        console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the {name} backend")
+    options = BackendOptions(profile_name=profile, profile=spec.profiles[profile], gpu_count=gpus.count, venvs=Path(args.venvs), base=Path(args.file).parent)
+    backend = make_backend(name, options)
     paths = Paths(Path(args.reports))
     runner = Runner(backend, paths, jobs=args.jobs, timeout=args.timeout, rerun=args.rerun, gpu_count=gpus.count, console=console)
     report = runner.run(cells, gpu)
@@ -183,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError(f"no cells of GPU type {gpu} in profile '{profile}' with this selection; see envmatrix plan --profile {profile}")
     print_summary(console, report.records, results_dir=str(paths.results))
     console.print(f"{report.ran} cells run, {report.cached} cached (unchanged inputs; --rerun forces), {report.other_gpus} left for other GPU types")
-    outputs = report_paths(paths.root) if is_current(paths.results, paths.root) else write_report([paths.results], paths.root)
+    outputs = report_paths(paths.root) if is_current(paths.results, paths.root) else write_report([paths.results], paths.root, _warn)
     console.print(f"report: {outputs['html']} (also {outputs['csv'].name}, {outputs['json'].name})")
     return 0
 
@@ -194,7 +175,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
         raise InputError(f"no such results folder: {', '.join(missing)}; run the matrix first (nox -s matrix) or pass --results DIR")
-    outputs = write_report(folders, Path(args.out))
+    outputs = write_report(folders, Path(args.out), _warn)
     print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name})")
     return 0
 
@@ -204,7 +185,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
     if not args.env and not args.best:
         raise InputError("name an environment id (see the report's vetted list) or --best GPU")
     folders = [Path(f) for f in (args.results or ["reports/results"])]
-    folder = write_lock(load_records(*folders), Path(args.out), env_id=args.env, best_gpu=args.best)
+    records = load_records(*folders, warn=_warn)
+    folder = write_lock(records, Path(args.out), env_id=args.env, best_gpu=args.best, trust_record_indexes=args.trust_record_indexes)
     print(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json")
     return 0
 
@@ -221,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("run", help="run the matrix on this host: prepare environments, run cells, record and classify")
     _add_selection(p)
-    p.add_argument("--backend", choices=("auto", "venv", "host", "docker"), default="auto", help="how environments are made (default: venv)")
+    p.add_argument("--backend", choices=BACKEND_NAMES, default="auto", help="how environments are made (default: venv)")
     p.add_argument("--jobs", type=int, default=1, help="cells at once (on a GPU host each slot owns whole GPUs)")
     p.add_argument("--rerun", action="store_true", help="run cells again even when their record is up to date")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per cell before its process group is killed")
@@ -237,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--best", default=None, metavar="GPU", help="lock the newest vetted environment for this GPU type")
     p.add_argument("--results", action="append", default=None, metavar="DIR", help="results folder(s) (default reports/results)")
     p.add_argument("--out", default="reports", help="output folder; the lock goes to OUT/locks/<env>/")
+    p.add_argument(
+        "--trust-record-indexes", action="store_true", help="look files up on the package sources a record names even where they differ from your pip settings"
+    )
     p.set_defaults(func=cmd_lock)
     p = sub.add_parser("classify", help="tell which known failure a training log shows, with evidence and remedy")
     p.add_argument("log", help="the log file, or - for standard input")

@@ -11,14 +11,16 @@ from __future__ import annotations
 import datetime
 import math
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
 
 from . import __version__
+from .jsonio import write_text_atomic
 from .outcomes import glyph
-from .records import load_records
+from .records import Record, load_records
 from .vetting import vetted_environments
 
 if TYPE_CHECKING:
@@ -50,37 +52,38 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-def flat_row(rec: dict[str, Any]) -> dict[str, Any]:
+def flat_row(rec: Record) -> dict[str, Any]:
     """One record as one flat row for machines and notebooks."""
-    cell, outcome = rec["cell"], rec["outcome"]
-    result = rec.get("result") or {}
-    metrics = rec.get("metrics") or []
-    timings = rec.get("timings") or {}
+    cell = rec.cell
+    grad_norms = rec.metric("grad_norm")
     return {
-        "id": cell["id"],
-        **{k: cell.get(k) for k in ("env", "build", "cuda", "torch", "transformers", "flash_attn", "gpu", "python", "scenario")},
-        "status": rec.get("status"),
-        "class": outcome["class"],
-        "evidence": outcome.get("evidence"),
-        "remedy": outcome.get("remedy"),
-        "expect": cell.get("expect"),
-        "control": rec.get("control"),
-        "exit_code": rec.get("exit_code"),
-        "signal": rec.get("signal"),
-        "timed_out": rec.get("timed_out"),
-        "prepare_s": timings.get("prepare_s"),
-        "probe_s": timings.get("probe_s"),
-        "steps": result.get("steps_completed"),
-        "first_grad_norm": metrics[0].get("grad_norm") if metrics else None,
-        "parity_rel_err": (result.get("parity") or {}).get("rel_err"),
-        "backend": rec.get("backend"),
-        "host": (rec.get("runner") or {}).get("host"),
-        "started": rec.get("started"),
-        "finished": rec.get("finished"),
+        "id": cell.id,
+        "env": cell.env,
+        "build": cell.build,
+        **cell.axes(),
+        "scenario": cell.scenario,
+        "status": rec.status,
+        "class": rec.klass,
+        "evidence": rec.outcome.evidence,
+        "remedy": rec.outcome.remedy,
+        "expect": cell.expect,
+        "control": rec.control,
+        "exit_code": rec.exit_code,
+        "signal": rec.signal,
+        "timed_out": rec.timed_out,
+        "prepare_s": rec.timings.prepare_s,
+        "probe_s": rec.timings.probe_s,
+        "steps": rec.steps_completed,
+        "first_grad_norm": grad_norms[0] if grad_norms else None,
+        "parity_rel_err": rec.parity_rel_err,
+        "backend": rec.backend,
+        "host": rec.runner.host,
+        "started": rec.started,
+        "finished": rec.finished,
     }
 
 
-def results_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+def results_frame(records: list[Record]) -> pd.DataFrame:
     """All records as a DataFrame with a fixed column order (pandas is imported here: it costs a second)."""
     import pandas as pd
 
@@ -99,44 +102,44 @@ def _spark(values: list[Any], width: int = 120, height: int = 28) -> str:
     return " ".join(f"{i * width / n:.1f},{height - (v - lo) * height / span:.1f}" for i, v in pts)
 
 
-def _detail(rec: dict[str, Any]) -> dict[str, Any]:
-    metrics = rec.get("metrics") or []
-    timings = rec.get("timings") or {}
-    outcome = rec["outcome"]
+def _detail(rec: Record) -> dict[str, Any]:
+    t = rec.timings
     return {
-        "id": rec["cell"]["id"],
-        "class": outcome["class"],
-        "evidence": outcome.get("evidence") or "",
-        "remedy": outcome.get("remedy") or "",
-        "also": outcome.get("also") or [],
-        "control": rec.get("control"),
-        "expect": rec["cell"].get("expect"),
-        "timings": f"prepare {timings.get('prepare_s')} s, probe {timings.get('probe_s')} s",
-        "exit": f"exit {rec.get('exit_code')}" + (f" ({rec['signal']})" if rec.get("signal") else ""),
-        "loss": _spark([m.get("loss") for m in metrics]),
-        "grad_norm": _spark([m.get("grad_norm") for m in metrics]),
-        "steps": len(metrics),
-        "log_tail": (rec.get("log") or {}).get("tail", "")[-4000:],
-        "log_path": (rec.get("log") or {}).get("path", ""),
+        "id": rec.id,
+        "class": rec.klass,
+        "evidence": rec.outcome.evidence,
+        "remedy": rec.outcome.remedy,
+        "also": list(rec.outcome.also),
+        "control": rec.control,
+        "expect": rec.expect,
+        "timings": f"prepare {t.prepare_s} s, probe {t.probe_s} s",
+        "exit": f"exit {rec.exit_code}" + (f" ({rec.signal})" if rec.signal else ""),
+        "loss": _spark(rec.metric("loss")),
+        "grad_norm": _spark(rec.metric("grad_norm")),
+        "steps": len(rec.metrics),
+        "log_tail": rec.log.tail[-4000:],
+        "log_path": rec.log.path,
     }
 
 
-def render_html(records: list[dict[str, Any]], locks: dict[str, str] | None = None) -> str:
+def render_html(records: list[Record], locks: dict[str, str] | None = None) -> str:
     """The compatibility table: rows are environments, columns GPU × scenario, one self-contained page."""
     envs: dict[str, dict[str, Any]] = {}
     columns: list[tuple[str, str]] = []
-    cells: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for rec in sorted(records, key=lambda r: r["cell"]["id"]):
-        c = rec["cell"]
-        envs.setdefault(c["build"], {k: c[k] for k in ("build", "cuda", "torch", "transformers", "flash_attn", "python")})
-        if (c["gpu"], c["scenario"]) not in columns:
-            columns.append((c["gpu"], c["scenario"]))
-        cells[(c["build"], c["gpu"], c["scenario"])] = rec
+    cells: dict[tuple[str, str, str], Record] = {}
+    for rec in sorted(records, key=lambda r: r.id):
+        c = rec.cell
+        envs.setdefault(
+            c.build, {"build": c.build, "cuda": c.cuda, "torch": c.torch, "transformers": c.transformers, "flash_attn": c.flash_attn, "python": c.python}
+        )
+        if (c.gpu, c.scenario) not in columns:
+            columns.append((c.gpu, c.scenario))
+        cells[(c.build, c.gpu, c.scenario)] = rec
     columns.sort()
-    details = {rec["cell"]["id"]: _detail(rec) for rec in records}
-    counts = Counter(r["outcome"]["class"] for r in records)
-    failed_controls = [r for r in records if r.get("control") == "not reproduced"]
-    probe_versions = sorted({str((r.get("result") or {}).get("probe_version")) for r in records if r.get("result")})
+    details = {rec.id: _detail(rec) for rec in records}
+    counts = Counter(r.klass for r in records)
+    failed_controls = [r for r in records if r.control == "not reproduced"]
+    probe_versions = sorted({v for r in records if (v := r.probe_version)})
     env_loader = jinja2.PackageLoader("envmatrix", "templates")
     page = jinja2.Environment(loader=env_loader, autoescape=True, undefined=jinja2.StrictUndefined).get_template("matrix.html.j2")
     return page.render(
@@ -148,7 +151,7 @@ def render_html(records: list[dict[str, Any]], locks: dict[str, str] | None = No
         colours=CLASS_COLOURS,
         glyph=glyph,
         failed_controls=failed_controls,
-        vetted=vetted_environments(records),
+        vetted=[v.as_dict() for v in vetted_environments(records)],
         locks=locks or {},
         generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         version=__version__,
@@ -171,15 +174,16 @@ def is_current(results: Path, out: Path) -> bool:
     return all(r.stat().st_mtime <= oldest_output for r in results.glob("*.json"))
 
 
-def write_report(results: list[Path], out: Path) -> dict[str, Path]:
-    """Render matrix.html, results.csv and results.json from the records in `results` into `out`."""
-    records = load_records(*results)
+def write_report(results: list[Path], out: Path, warn: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Render matrix.html, results.csv and results.json from the records in `results` into `out`.
+    Each file is replaced atomically: a failed write leaves the previous report whole."""
+    records = load_records(*results, warn=warn)
     out.mkdir(parents=True, exist_ok=True)
     frame = results_frame(records)
     paths = report_paths(out)
-    frame.to_csv(paths["csv"], index=False)
-    frame.to_json(paths["json"], orient="records", indent=2)
+    write_text_atomic(paths["csv"], frame.to_csv(index=False))
+    write_text_atomic(paths["json"], frame.to_json(orient="records", indent=2) or "[]")
     locks_dir = out / "locks"
     locks = {p.name: str(p.relative_to(out)) for p in sorted(locks_dir.iterdir())} if locks_dir.is_dir() else {}
-    paths["html"].write_text(render_html(records, locks), encoding="utf-8")
+    write_text_atomic(paths["html"], render_html(records, locks))
     return paths

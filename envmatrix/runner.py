@@ -1,19 +1,25 @@
 """Schedule cells onto slots, prepare each environment once, run, classify and record every cell.
 
-One cell's crash, hang or kill ends in that cell's record; the matrix goes on. Ctrl-C (or SIGTERM)
-kills the running cells' process groups and keeps every completed record; a re-run skips cells whose
-record exists with unchanged inputs, so it completes only what is missing.
+One cell's crash, hang or kill ends in that cell's record; so does a backend's exception (a Docker API
+error, a bug): the matrix goes on. The backend and the thread pool are always cleaned up (`with`), on
+Ctrl-C (or SIGTERM) too, which kills the running cells and keeps every completed record; a re-run
+skips cells whose record exists with unchanged inputs, so it completes only what is missing. Two
+runners on the same cell take turns (a lock file per cell), so a record is never a mix of two runs.
 """
 
 from __future__ import annotations
 
 import datetime
+import fcntl
 import platform
 import signal
 import threading
+import traceback
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -24,14 +30,31 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__, execute
 from .backends import Backend, BuildFailed, Prepared
 from .cells import SKIPPED, Cell
-from .classify import REMEDIES, classify, control_status, signal_number
+from .classify import classify, control_status, decided, signal_number
 from .errors import Interrupted
-from .jsonio import read_json, write_json_atomic
 from .outcomes import glyph
 from .plan import Build, builds
-from .records import cell_stem, inputs_hash, log_tail
+from .records import (
+    LogRef,
+    Record,
+    RecordError,
+    RunnerInfo,
+    Timings,
+    Verdict,
+    build_facts,
+    cell_info,
+    cell_stem,
+    inputs_hash,
+    log_tail,
+    read_record,
+    write_record,
+)
 from .runfacts import gather
 from .summary import cell_text
+
+#: Outcomes that say more about the runner's settings or a passing cause than about the stack: a
+#: record with one of them is never reused from the cache (the next run tries again).
+NOT_FINAL = ("timeout", "build_failed")
 
 
 @dataclass(frozen=True)
@@ -52,15 +75,20 @@ class Paths:
     def runs(self) -> Path:
         return self.root / "runs"
 
+    @property
+    def locks(self) -> Path:
+        return self.root / "results" / ".locks"
+
 
 @dataclass
 class RunReport:
     """What a matrix run did: the records it holds (new and cached) and what it left to others."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     ran: int = 0
     cached: int = 0
     other_gpus: int = 0
+    reaped: int = 0
 
 
 def _now() -> str:
@@ -86,6 +114,18 @@ class GpuPool:
             self.cond.notify_all()
 
 
+@contextmanager
+def cell_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on one cell across processes: a second runner of the same cell waits here."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 class Runner:
     """Runs the cells of one GPU type on one backend; the backend's kind is invisible here."""
 
@@ -108,7 +148,7 @@ class Runner:
         self.gpus = GpuPool(gpu_count) if gpu_count else None
         self.gpu_count = gpu_count
         self.console = console or Console()
-        self.probe_source = execute.PROBE.read_bytes()
+        self.probe_source = execute.probe_source()
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.prepared: dict[str, Prepared | BuildFailed] = {}
@@ -120,114 +160,124 @@ class Runner:
     def record_path(self, cell_id: str) -> Path:
         return self.paths.results / f"{cell_stem(cell_id)}.json"
 
-    def cached(self, cell: Cell) -> dict[str, Any] | None:
-        """The existing record when its inputs are unchanged (and --rerun was not given)."""
+    def cached(self, cell: Cell) -> Record | None:
+        """The existing record when its inputs are unchanged and its outcome is final (not --rerun)."""
         if self.rerun:
             return None
-        record = read_json(self.record_path(cell.id))
-        if record and record.get("inputs") == inputs_hash(cell, self.probe_source, self.backend.name):
-            return record
-        return None
+        try:
+            record = read_record(self.record_path(cell.id))
+        except RecordError:
+            return None
+        if record.inputs != inputs_hash(cell, self.probe_source, self.backend.name) or record.klass in NOT_FINAL or record.timed_out:
+            return None
+        return record
 
-    def base_record(self, cell: Cell) -> dict[str, Any]:
-        return {
-            "record_version": 1,
-            "cell": {**cell.as_dict(), "scenario_settings": asdict(cell.scenario)},
-            "inputs": inputs_hash(cell, self.probe_source, self.backend.name),
-            "backend": self.backend.name,
-            "runner": {"host": platform.node(), "envmatrix": __version__, "gpu_count": self.gpu_count},
-            "started": _now(),
-        }
+    def new_record(self, cell: Cell, status: str, verdict: Verdict, **more: Any) -> Record:
+        """A record of this runner for `cell`, with its verdict and control status."""
+        return Record(
+            cell=cell_info(cell),
+            status=status,
+            outcome=verdict,
+            control=control_status(cell.scenario.expect, verdict.outcome) if status != "skipped" else None,
+            inputs=inputs_hash(cell, self.probe_source, self.backend.name),
+            backend=self.backend.name,
+            runner=RunnerInfo(host=platform.node(), envmatrix=__version__, gpu_count=self.gpu_count),
+            finished=_now(),
+            **more,
+        )
 
-    def skipped_record(self, cell: Cell) -> dict[str, Any]:
-        return {
-            **self.base_record(cell),
-            "status": "skipped",
-            "finished": _now(),
-            "outcome": {"class": "skipped", "evidence": cell.reason, "remedy": REMEDIES["skipped"], "rule": "catalog", "also": []},
-            "control": None,
-        }
+    def skipped(self, cell: Cell, reason: str, rule: str) -> Record:
+        return self.new_record(cell, "skipped", decided("skipped", reason, rule), started=_now())
 
     # ---- environments ----------------------------------------------------------------------------
 
+    def build_log(self, build: Build) -> Path:
+        return self.paths.logs / "builds" / f"{build.build_id}.log"
+
     def prepare(self, build: Build) -> Prepared | BuildFailed:
-        """Prepare a build once; every cell of it waits for the same result."""
+        """Prepare a build once; every cell of it waits for the same result. Any exception of the
+        backend becomes a BuildFailed for the build's cells, its traceback appended to the build log."""
         with self.lock:
             lock = self.build_locks.setdefault(build.build_id, threading.Lock())
         with lock:
             if build.build_id not in self.prepared:
-                log = self.paths.logs / "builds" / f"{build.build_id}.log"
+                log = self.build_log(build)
                 try:
                     self.prepared[build.build_id] = self.backend.prepare(build, log)
                 except BuildFailed as exc:
                     self.prepared[build.build_id] = exc
+                except Exception as exc:
+                    _append_traceback(log, f"backend {self.backend.name} raised while preparing {build.build_id}")
+                    self.prepared[build.build_id] = BuildFailed(f"backend {self.backend.name} raised {type(exc).__name__}: {exc}")
             return self.prepared[build.build_id]
 
     # ---- one cell --------------------------------------------------------------------------------
 
-    def run_cell(self, cell: Cell, build: Build) -> dict[str, Any] | None:
+    def run_cell(self, cell: Cell, build: Build) -> Record | None:
         """Prepare (once), run, classify and record one cell; None when the run was interrupted."""
         if self.stopping.is_set():
             return None
-        record = self.base_record(cell)
-        ready = self.prepare(build)
-        build_log = self.paths.logs / "builds" / f"{build.build_id}.log"
-        if isinstance(ready, BuildFailed):
-            facts = gather(None, build_log, exit_code=None, build_failed=str(ready))
-            verdict = classify(facts)
-            record.update(status="build_failed", timings={"prepare_s": None, "probe_s": None}, log={"path": str(build_log), "tail": log_tail(build_log)})
-        else:
-            if self.gpus is not None and cell.scenario.world_size > self.gpu_count:
-                return self.write(
-                    {
-                        **self.skipped_record(cell),
-                        "outcome": {
-                            "class": "skipped",
-                            "evidence": f"needs {cell.scenario.world_size} GPUs; this runner has {self.gpu_count}",
-                            "remedy": REMEDIES["skipped"],
-                            "rule": "runner",
-                            "also": [],
-                        },
-                    }
-                )
-            gpu_ids = self.gpus.take(cell.scenario.world_size) if self.gpus is not None else []
-            try:
-                verdict, record = self._execute(cell, ready, record, gpu_ids)
-            finally:
-                if self.gpus is not None:
-                    self.gpus.give(gpu_ids)
-            if self.stopping.is_set():
-                return None  # killed by Ctrl-C: not a result, leave the cell for the re-run
-        record.update(finished=_now(), outcome=verdict.as_dict(), expect=cell.scenario.expect, control=control_status(cell.scenario.expect, verdict.outcome))
-        return self.write(record)
+        with cell_lock(self.paths.locks / f"{cell_stem(cell.id)}.lock"):
+            if not self.rerun and (record := self.cached(cell)) is not None:
+                return record  # another runner finished it while this one waited
+            record = self._run_locked(cell, build)
+            if record is not None:
+                write_record(self.record_path(cell.id), record)
+            return record
 
-    def _execute(self, cell: Cell, ready: Prepared, record: dict[str, Any], gpu_ids: list[int]) -> tuple[Any, dict[str, Any]]:
+    def _run_locked(self, cell: Cell, build: Build) -> Record | None:
+        started = _now()
+        ready = self.prepare(build)
+        if isinstance(ready, BuildFailed):
+            log = self.build_log(build)
+            verdict = classify(gather(None, log, exit_code=None, build_failed=str(ready)))
+            return self.new_record(cell, "build_failed", verdict, started=started, log=LogRef(str(log), log_tail(log)))
+        if self.gpus is not None and cell.scenario.world_size > self.gpu_count:
+            return self.skipped(cell, f"needs {cell.scenario.world_size} GPUs; this runner has {self.gpu_count}", "runner")
+        gpu_ids = self.gpus.take(cell.scenario.world_size) if self.gpus is not None else []
+        try:
+            record = self._execute(cell, ready, gpu_ids, started)
+        finally:
+            if self.gpus is not None:
+                self.gpus.give(gpu_ids)
+        return None if self.stopping.is_set() else record  # killed by Ctrl-C: leave the cell for the re-run
+
+    def _execute(self, cell: Cell, ready: Prepared, gpu_ids: list[int], started: str) -> Record:
         stem = cell_stem(cell.id)
         out = self.paths.runs / stem
         log = self.paths.logs / f"{stem}.log"
         for stale in ("result.json", "metrics.jsonl"):
             (out / stale).unlink(missing_ok=True)
-        done = self.backend.run(ready, cell.scenario, out, log, timeout=self.timeout, gpu_ids=gpu_ids)
+        common = {
+            "started": started,
+            "gpu_ids": tuple(gpu_ids),
+            "build": build_facts(ready.facts),
+        }
+        try:
+            done = self.backend.run(ready, cell.scenario, out, log, timeout=self.timeout, gpu_ids=gpu_ids)
+        except Exception as exc:
+            _append_traceback(log, f"backend {self.backend.name} raised while running {cell.id}")
+            verdict = decided("error", f"backend {self.backend.name} raised {type(exc).__name__}: {str(exc)[:300]}", "backend")
+            timings = Timings(prepare_s=ready.seconds, prepare_reused=ready.reused)
+            return self.new_record(cell, "done", verdict, timings=timings, log=LogRef(str(log), log_tail(log)), **common)
         facts = gather(out, log, exit_code=done.exit_code, timed_out=done.timed_out)
         sig = signal_number(done.exit_code)
         result = facts.result or {}
-        record.update(
-            status="done",
-            timings={"prepare_s": ready.seconds, "prepare_reused": ready.reused, "probe_s": done.seconds},
+        env_facts = result.get("env")
+        return self.new_record(
+            cell,
+            "done",
+            classify(facts),
+            timings=Timings(prepare_s=ready.seconds, prepare_reused=ready.reused, probe_s=done.seconds),
             exit_code=done.exit_code,
-            signal=signal.Signals(sig).name if sig else None,
+            signal=_signal_name(sig),
             timed_out=done.timed_out,
-            gpu_ids=gpu_ids,
-            environment={"facts": result.get("env"), "build": ready.facts},
+            env_facts=env_facts if isinstance(env_facts, dict) else None,
             result=result,
-            metrics=list(facts.metrics),
-            log={"path": str(log), "tail": log_tail(log)},
+            metrics=facts.metrics,
+            log=LogRef(str(log), log_tail(log)),
+            **common,
         )
-        return classify(facts), record
-
-    def write(self, record: dict[str, Any]) -> dict[str, Any]:
-        write_json_atomic(self.record_path(record["cell"]["id"]), record)
-        return record
 
     # ---- the matrix ------------------------------------------------------------------------------
 
@@ -243,17 +293,21 @@ class Runner:
             if record is not None:
                 report.records.append(record)
                 report.cached += 1
-                self.tally[record["outcome"]["class"]] += 1
+                self.tally[record.klass] += 1
             elif cell.status == SKIPPED:
-                report.records.append(self.write(self.skipped_record(cell)))
+                record = self.skipped(cell, cell.reason, "catalog")
+                write_record(self.record_path(cell.id), record)
+                report.records.append(record)
                 self.tally["skipped"] += 1
             else:
                 todo.append((cell, by_build[cell.env.build_id]))
         if not todo:
             return report
+        report.reaped = len(execute.reap_orphans(self.paths.runs))
         previous = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
         try:
-            self._run_all(todo, report)
+            with self.backend:
+                self._run_all(todo, report)
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
@@ -270,11 +324,10 @@ class Runner:
             TextColumn("{task.fields[tally]}"),
         )
         running: set[str] = set()
-        with Progress(*columns, console=self.console, transient=False) as progress:
+        with Progress(*columns, console=self.console, transient=False) as progress, ThreadPoolExecutor(max_workers=self.jobs) as pool:
             task = progress.add_task("matrix", total=len(todo), tally=self._tally())
-            pool = ThreadPoolExecutor(max_workers=self.jobs)
 
-            def job(cell: Cell, build: Build) -> dict[str, Any] | None:
+            def job(cell: Cell, build: Build) -> Record | None:
                 with self.lock:
                     running.add(cell.id)
                     progress.update(task, description=_short(running))
@@ -284,7 +337,7 @@ class Runner:
                     with self.lock:
                         running.discard(cell.id)
 
-            futures: dict[Future[dict[str, Any] | None], Cell] = {pool.submit(job, c, b): c for c, b in todo}
+            futures: dict[Future[Record | None], Cell] = {pool.submit(job, c, b): c for c, b in todo}
             try:
                 pending = set(futures)
                 while pending:
@@ -295,9 +348,8 @@ class Runner:
                             continue
                         report.records.append(record)
                         report.ran += 1
-                        outcome = record["outcome"]["class"]
-                        self.tally[outcome] += 1
-                        progress.console.print(f"{cell_text(record):<34} {record['cell']['id']}")
+                        self.tally[record.klass] += 1
+                        progress.console.print(f"{cell_text(record):<34} {record.id}")
                         progress.update(task, advance=1, tally=self._tally(), description=_short(running))
             except KeyboardInterrupt:
                 self.stopping.set()
@@ -307,10 +359,25 @@ class Runner:
                     f"interrupted: {report.ran} cells recorded this run, {report.cached} cached; "
                     f"re-run the same command to complete the rest (records are in {self.paths.results})"
                 ) from None
-            pool.shutdown(wait=True)
 
     def _tally(self) -> str:
         return " ".join(f"{glyph(k)}{k}:{v}" for k, v in sorted(self.tally.items()))
+
+
+def _append_traceback(log: Path, headline: str) -> None:
+    """The current exception's traceback at the end of a log: the evidence of a backend's failure."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as fh:
+        fh.write(f"\n[envmatrix] {headline}\n{traceback.format_exc()}")
+
+
+def _signal_name(num: int | None) -> str | None:
+    if not num:
+        return None
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"SIG{num}"
 
 
 def _short(running: set[str]) -> str:

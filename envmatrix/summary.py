@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from .outcomes import glyph
+from .records import Record
 
 
-def cell_text(record: dict[str, Any]) -> str:
+def cell_text(record: Record) -> str:
     """`✓ ok`, `✗ nan_loss`, a control as `◆ zero_grad` when reproduced and `! ok≠zero_grad` when not."""
-    outcome = record["outcome"]["class"]
-    control = record.get("control")
-    if control == "reproduced":
+    outcome = record.klass
+    if record.control == "reproduced":
         return f"[green]◆ {outcome}[/]"
-    if control == "not reproduced":
-        return f"[bold red]! {outcome}≠{record.get('expect')}[/]"
+    if record.control == "not reproduced":
+        return f"[bold red]! {outcome}≠{record.expect}[/]"
     if outcome == "ok":
         return "[green]✓ ok[/]"
     if outcome == "skipped":
@@ -26,11 +25,11 @@ def cell_text(record: dict[str, Any]) -> str:
     return f"[red]✗ {outcome}[/]"
 
 
-def print_summary(console: Console, records: list[dict[str, Any]], *, results_dir: str) -> list[dict[str, Any]]:
+def print_summary(console: Console, records: list[Record], *, results_dir: str) -> list[Record]:
     """Print the table, the counts per class and the controls that did not reproduce; return those."""
-    envs = list(dict.fromkeys(r["cell"]["env"] for r in records))
-    scenarios = list(dict.fromkeys(r["cell"]["scenario"] for r in records))
-    by_id = {(r["cell"]["env"], r["cell"]["scenario"]): r for r in records}
+    envs = list(dict.fromkeys(r.env for r in records))
+    scenarios = list(dict.fromkeys(r.cell.scenario for r in records))
+    by_id = {(r.env, r.cell.scenario): r for r in records}
     table = Table(title="envmatrix: environments × scenarios", show_lines=False)
     table.add_column("environment", overflow="fold")
     for s in scenarios:
@@ -38,15 +37,13 @@ def print_summary(console: Console, records: list[dict[str, Any]], *, results_di
     for env in envs:
         table.add_row(env, *(cell_text(by_id[(env, s)]) if (env, s) in by_id else "" for s in scenarios))
     console.print(table)
-    counts = Counter(r["outcome"]["class"] for r in records)
+    counts = Counter(r.klass for r in records)
     console.print("outcomes: " + ", ".join(f"{glyph(k)} {k} {v}" for k, v in counts.most_common()))
-    failed = [r for r in records if r.get("control") == "not reproduced"]
-    controls = [r for r in records if r.get("control")]
+    failed = [r for r in records if r.control == "not reproduced"]
+    controls = [r for r in records if r.control]
     if controls:
         console.print(f"controls: {len(controls) - len(failed)} of {len(controls)} reproduced their failure")
     for r in failed:
-        console.print(
-            f"[bold red]control not reproduced[/]: {r['cell']['id']} expected {r.get('expect')}, got {r['outcome']['class']}: {r['outcome']['evidence']}"
-        )
+        console.print(f"[bold red]control not reproduced[/]: {r.id} expected {r.expect}, got {r.klass}: {r.outcome.evidence}")
     console.print(f"records: {results_dir}")
     return failed

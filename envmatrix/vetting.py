@@ -7,36 +7,62 @@ every control that ran reproduced its failure, and at least one healthy scenario
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from dataclasses import dataclass
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-from .spec import AXES
+from .records import CellInfo, Record
 
 
-def vetted_environments(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Vetted:
+    """A vetted environment (environment × GPU) and how many scenarios vouch for it."""
+
+    env: str
+    cell: CellInfo  # one of its cells: the axis values and build id
+    healthy: int
+    controls: int
+
+    @property
+    def gpu(self) -> str:
+        return self.cell.gpu
+
+    @property
+    def python(self) -> str:
+        return self.cell.python
+
+    def as_dict(self) -> dict[str, object]:
+        return {"env": self.env, "build": self.cell.build, **self.cell.axes(), "healthy": self.healthy, "controls": self.controls}
+
+
+def vetted_environments(records: list[Record]) -> list[Vetted]:
     """One entry per vetted environment id (environment × GPU), in id order."""
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[str, list[Record]] = defaultdict(list)
     for rec in records:
-        if rec.get("status") != "skipped":
-            groups[rec["cell"]["env"]].append(rec)
+        if rec.status != "skipped":
+            groups[rec.env].append(rec)
     vetted = []
     for env_id, recs in sorted(groups.items()):
-        healthy = [r for r in recs if not r["cell"].get("expect")]
-        controls = [r for r in recs if r["cell"].get("expect")]
-        if healthy and all(r["outcome"]["class"] == "ok" for r in healthy) and all(r.get("control") == "reproduced" for r in controls):
-            cell = recs[0]["cell"]
-            vetted.append({"env": env_id, "build": cell["build"], **{k: cell[k] for k in AXES}, "healthy": len(healthy), "controls": len(controls)})
+        healthy = [r for r in recs if not r.expect]
+        controls = [r for r in recs if r.expect]
+        if healthy and all(r.klass == "ok" for r in healthy) and all(r.control == "reproduced" for r in controls):
+            vetted.append(Vetted(env=env_id, cell=recs[0].cell, healthy=len(healthy), controls=len(controls)))
     return vetted
 
 
-def _key(entry: dict[str, Any]) -> tuple[Version, Version, Version, Version]:
-    fa = entry["flash_attn"]
-    cuda = entry["cuda"]
-    return (Version(entry["torch"]), Version(entry["transformers"]), Version("0" if fa == "none" else fa), Version("0" if cuda == "none" else cuda))
+def _version(text: str) -> Version:
+    try:
+        return Version("0" if text == "none" else text)
+    except InvalidVersion:
+        return Version("0")
 
 
-def best(vetted: list[dict[str, Any]], gpu: str) -> dict[str, Any] | None:
+def _key(entry: Vetted) -> tuple[Version, Version, Version, Version]:
+    c = entry.cell
+    return (_version(c.torch), _version(c.transformers), _version(c.flash_attn), _version(c.cuda))
+
+
+def best(vetted: list[Vetted], gpu: str) -> Vetted | None:
     """The newest vetted environment for a GPU type (torch, then transformers, flash-attn, CUDA)."""
-    mine = [v for v in vetted if v["gpu"] == gpu]
+    mine = [v for v in vetted if v.gpu == gpu]
     return max(mine, key=_key) if mine else None

@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shutil
 import tempfile
 import threading
 import time
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import certifi
@@ -23,7 +25,7 @@ import certifi
 from .. import catalog
 from ..cells import Environment
 from ..errors import BackendError
-from ..execute import PROBE, Completed, probe_command
+from ..execute import PROBE, Completed, probe_command, process_alive
 from ..pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch_index_url
 from ..plan import Build
 from ..spec import Scenario
@@ -65,6 +67,22 @@ def connect() -> Any:
     return client
 
 
+#: The unprivileged uid a cell runs as when the runner itself is root.
+CELL_UID = 1000
+
+
+def _cell_user(out: Path) -> str:
+    """The container's user, and its output folder made private to it: the invoking user's uid/gid,
+    or uid 1000 when the runner is root (never root in the container); the folder is mode 0700."""
+    out.mkdir(parents=True, exist_ok=True)
+    uid, gid = os.getuid(), os.getgid()
+    if uid == 0:
+        uid = gid = CELL_UID
+        os.chown(out, uid, gid)
+    out.chmod(0o700)
+    return f"{uid}:{gid}"
+
+
 def _http_only(urls: tuple[str, ...]) -> list[str]:
     return [u for u in urls if u.startswith(("http://", "https://"))]
 
@@ -92,6 +110,24 @@ class DockerBackend:
         self.settings = settings or read_pip_settings()
         self.running: set[Any] = set()
         self.lock = threading.Lock()
+
+    def __enter__(self) -> DockerBackend:
+        self.remove_stale()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop_all()
+
+    def remove_stale(self) -> list[str]:
+        """Remove cell containers whose runner on this host is gone (it was killed with SIGKILL)."""
+        removed = []
+        for container in self.client.containers.list(all=True, filters={"label": ["envmatrix=cell", f"envmatrix.host={platform.node()}"]}):
+            pid = container.labels.get("envmatrix.runner", "")
+            if pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid)):
+                continue
+            container.remove(force=True)
+            removed.append(str(container.name))
+        return removed
 
     # ---- images ----------------------------------------------------------------------------------
 
@@ -239,13 +275,12 @@ class DockerBackend:
         from requests.exceptions import ConnectionError as RequestsConnectionError
         from requests.exceptions import ReadTimeout
 
-        out.mkdir(parents=True, exist_ok=True)
-        out.chmod(0o777)  # the probe writes as uid 1000
+        user = _cell_user(out)
         log.parent.mkdir(parents=True, exist_ok=True)
         cmd = probe_command("python", scenario, Path("/out"), probe=PROBE_IN_IMAGE)
         options: dict[str, Any] = {
             "detach": True,
-            "user": "1000:1000",
+            "user": user,
             "network_mode": "none",  # no network; loopback (and /etc/hosts) stay for torchrun and gloo
             "hostname": "localhost",  # torchrun's rendezvous advertises the hostname: make it resolve to loopback
             "cap_drop": ["ALL"],
@@ -256,7 +291,7 @@ class DockerBackend:
             "shm_size": "2g",
             "volumes": {str(out.resolve()): {"bind": "/out", "mode": "rw"}},
             "environment": {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", "HOME": "/home/probe"},
-            "labels": {"envmatrix": "cell"},
+            "labels": {"envmatrix": "cell", "envmatrix.host": platform.node(), "envmatrix.runner": str(os.getpid())},
         }
         if gpu_ids:
             options["device_requests"] = [docker.types.DeviceRequest(device_ids=[str(i) for i in gpu_ids], capabilities=[["gpu"]])]

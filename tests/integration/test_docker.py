@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,16 @@ def engine() -> Any:
         return None
 
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(engine() is None, reason=f"needs a Docker engine and the {CPU_BASE} image (.ci/run makes both)"),
-]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def client() -> Any:
+    """The engine, asked at run time (never while collecting): the test skips, saying why, without one."""
+    found = engine()
+    if found is None:
+        pytest.skip(f"needs a Docker engine and the {CPU_BASE} image (.ci/run makes both)")
+    return found
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -42,7 +49,7 @@ def leftover_containers() -> list[str]:
     return [c.id for c in connect().containers.list(all=True, filters={"label": "envmatrix=cell"})]
 
 
-def test_docker_backend_runs_a_healthy_scenario_and_a_control(tmp_path: Path) -> None:
+def test_docker_backend_runs_a_healthy_scenario_and_a_control(tmp_path: Path, client: Any) -> None:
     reports = tmp_path / "reports"
     got = run("run", "--backend", "docker", "--profile", "cpu", "--only", "*tf4.57.6*/{fp32-sdpa,ctl-zero-grad}", "--reports", str(reports))
     assert got.returncode == 0, got.stdout + got.stderr
@@ -55,18 +62,41 @@ def test_docker_backend_runs_a_healthy_scenario_and_a_control(tmp_path: Path) ->
     facts = records["fp32-sdpa"]["environment"]["facts"]
     assert facts["transformers"] == "4.57.6" and facts["torch"] == "2.13.0+cpu"
     result_file = reports / "runs" / (records["fp32-sdpa"]["cell"]["id"].replace("/", "__")) / "result.json"
-    assert result_file.stat().st_uid == 1000  # written by the unprivileged probe user
+    assert result_file.stat().st_uid == 1000  # written by the unprivileged probe user (the runner is root here)
+    assert result_file.parent.stat().st_mode & 0o777 == 0o700  # a private folder, not world-writable
     assert leftover_containers() == []
 
 
-def test_timeout_kills_and_removes_the_container(tmp_path: Path) -> None:
+def long_matrix(tmp_path: Path) -> Path:
     data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
     data["scenarios"] = {"long": {"steps": 10000}}
     data["profiles"] = {"cpu": {**data["profiles"]["cpu"], "transformers": ["4.57.6"], "scenarios": ["long"]}}
     path = tmp_path / "matrix.yaml"
     path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_runner_killed_with_sigkill_leaves_no_container_behind_the_next_run(tmp_path: Path, client: Any) -> None:
+    """kill -9 of the runner cannot stop its container; the next run on this host finds and removes it."""
     reports = tmp_path / "reports"
-    got = run("run", "--file", str(path), "--backend", "docker", "--timeout", "45", "--reports", str(reports))
+    args = [sys.executable, "-m", "envmatrix", "run", "--file", str(long_matrix(tmp_path)), "--backend", "docker", "--reports", str(reports)]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 900
+    while not leftover_containers() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(1)
+    assert leftover_containers(), "the long cell's container never started"
+    proc.kill()
+    proc.wait()
+    time.sleep(2)
+    assert leftover_containers(), "the container should outlive a runner killed with SIGKILL"
+    got = run("run", "--file", str(long_matrix(tmp_path)), "--backend", "docker", "--timeout", "20", "--reports", str(reports))
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert leftover_containers() == []
+
+
+def test_timeout_kills_and_removes_the_container(tmp_path: Path, client: Any) -> None:
+    reports = tmp_path / "reports"
+    got = run("run", "--file", str(long_matrix(tmp_path)), "--backend", "docker", "--timeout", "45", "--reports", str(reports))
     assert got.returncode == 0, got.stdout + got.stderr
     (record,) = [json.loads(p.read_text()) for p in (reports / "results").glob("*.json")]
     assert record["outcome"]["class"] == "timeout" and record["timed_out"]
@@ -80,7 +110,7 @@ def test_no_engine_is_a_clear_error(tmp_path: Path) -> None:
     assert "no Docker engine reachable" in got.stderr and "start dockerd" in got.stderr
 
 
-def test_gpu_cells_need_the_nvidia_runtime() -> None:
+def test_gpu_cells_need_the_nvidia_runtime(client: Any) -> None:
     backend = DockerBackend()
     if "nvidia" in (backend.client.info().get("Runtimes") or {}):
         pytest.skip("this engine has the NVIDIA runtime")

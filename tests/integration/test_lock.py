@@ -19,7 +19,7 @@ PINS = ["six==1.16.0", "iniconfig==2.0.0", "idna==3.7"]
 
 def test_lock_installs_with_require_hashes(tmp_path: Path) -> None:
     records = [make_record("ok", freeze=PINS), make_record("zero_grad", scenario="ctl", expect="zero_grad", freeze=PINS)]
-    folder = write_lock(records, tmp_path, env_id=records[0]["cell"]["env"])
+    folder = write_lock(records, tmp_path, env_id=records[0].env)
     lock = (folder / "requirements.lock").read_text()
     assert lock.count("--hash=sha256:") == 3
     import tomllib
@@ -37,7 +37,7 @@ def test_lock_installs_with_require_hashes(tmp_path: Path) -> None:
 
 def test_tampered_lock_is_refused(tmp_path: Path) -> None:
     records = [make_record("ok", freeze=PINS[:1])]
-    folder = write_lock(records, tmp_path, env_id=records[0]["cell"]["env"])
+    folder = write_lock(records, tmp_path, env_id=records[0].env)
     lock = folder / "requirements.lock"
     text = lock.read_text()
     digest = text.split("sha256:")[1].split()[0]
@@ -51,7 +51,7 @@ def test_tampered_lock_is_refused(tmp_path: Path) -> None:
 def test_unvetted_and_unknown_environments_are_refused(tmp_path: Path) -> None:
     records = [make_record("nan_loss", freeze=PINS)]
     with pytest.raises(InputError, match="is not vetted"):
-        write_lock(records, tmp_path, env_id=records[0]["cell"]["env"])
+        write_lock(records, tmp_path, env_id=records[0].env)
     with pytest.raises(InputError, match="no records for this environment"):
         write_lock(records, tmp_path, env_id="cu999-nothing")
     with pytest.raises(InputError, match="no vetted environment for H20"):

@@ -178,3 +178,63 @@ def test_failed_build_is_recorded_for_each_of_its_cells(tmp_path: Path) -> None:
         assert rec["status"] == "build_failed" and rec["outcome"]["class"] == "build_failed"
         assert "install torch, transformers, peft failed" in rec["outcome"]["evidence"]
         assert "transformers" in rec["log"]["tail"]
+
+
+def probe_processes(marker: str) -> list[int]:
+    """Live processes whose command line names `marker` (a cell's run folder)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("scenario", [LONG, {"long": {"steps": 10000, "world_size": 2}}], ids=["single", "ddp2"])
+def test_runner_killed_with_sigkill_leaves_no_orphaned_probe(tmp_path: Path, scenario: dict[str, dict[str, Any]]) -> None:
+    """kill -9 of the runner: its probe dies with it (parent-death signal) or, for torchrun's ranks, the
+    next run on the same folder kills the orphaned process group it finds in the cell's owner file."""
+    path = write_matrix(tmp_path, {**scenario, **HEALTHY})
+    reports = tmp_path / "r"
+    proc = envmatrix("run", "--file", str(path), "--backend", "host", "--only", "*/long", "--reports", str(reports), cwd=tmp_path)
+    wait_for(lambda: any(reports.glob("runs/*__long/metrics.jsonl")) and bool(next(reports.glob("runs/*__long/metrics.jsonl")).read_text()), timeout=300)
+    marker = str(next(reports.glob("runs/*__long")))
+    assert probe_processes(marker)
+    proc.kill()
+    proc.communicate()
+    code, out = finish(envmatrix("run", "--file", str(path), "--backend", "host", "--only", "*/fp32-sdpa", "--reports", str(reports), cwd=tmp_path))
+    assert code == 0, out
+    wait_for(lambda: not probe_processes(marker), timeout=20)
+
+
+def test_two_runs_of_one_cell_leave_one_valid_record(tmp_path: Path) -> None:
+    path = write_matrix(tmp_path, {"s": {"steps": 2}})
+    reports = tmp_path / "r"
+    args = ("run", "--file", str(path), "--backend", "host", "--reports", str(reports))
+    a, b = envmatrix(*args, cwd=tmp_path), envmatrix(*args, cwd=tmp_path)
+    (ca, oa), (cb, ob) = finish(a), finish(b)
+    assert ca == 0 and cb == 0, oa + ob
+    assert sorted([oa.count("1 cells run, 0 cached"), ob.count("0 cells run, 1 cached")]) in ([0, 1], [1, 1])
+    from envmatrix.records import read_record
+
+    (file,) = (reports / "results").glob("*.json")
+    rec = read_record(file)
+    assert rec.klass == "ok" and rec.log.tail.count("$ ") == 1  # one run's log, not two interleaved
+    assert [m["step"] for m in rec.metrics] == [1, 2]
+
+
+def test_backend_exception_in_a_real_venv_build_is_recorded(tmp_path: Path) -> None:
+    """A venv root that is a file: the backend raises (not a BuildFailed) and every cell still gets a record."""
+    path = write_matrix(tmp_path, {**HEALTHY, **CONTROL})
+    blocker = tmp_path / "venvs"
+    blocker.write_text("not a folder")
+    code, out = finish(envmatrix("run", "--file", str(path), "--backend", "venv", "--venvs", str(blocker), "--reports", str(tmp_path / "r"), cwd=tmp_path))
+    recs = records(tmp_path / "r")
+    assert set(recs) == {"fp32-sdpa", "ctl-zero-grad"}, out
+    for rec in recs.values():
+        assert rec["status"] == "build_failed" and "raised" in rec["outcome"]["evidence"]
+    (build_log,) = (tmp_path / "r" / "logs" / "builds").glob("*.log")
+    assert "Traceback" in build_log.read_text()
+    assert code in (0, 3), out

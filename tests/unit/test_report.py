@@ -8,16 +8,15 @@ from pathlib import Path
 import pandas as pd
 from records_factory import make_record
 
-from envmatrix.jsonio import write_json_atomic
 from envmatrix.outcomes import OUTCOME_NAMES
-from envmatrix.records import cell_stem
+from envmatrix.records import Record, cell_stem, write_record
 from envmatrix.report import render_html, write_report
 from envmatrix.vetting import best, vetted_environments
 
 EVIL = "<script>alert('pwned')</script>"
 
 
-def every_class() -> list[dict]:  # type: ignore[type-arg]
+def every_class() -> list[Record]:
     return [make_record(name, scenario=f"s-{name}") for name in OUTCOME_NAMES]
 
 
@@ -43,7 +42,7 @@ def test_flags_failed_controls_and_lists_vetted() -> None:
     html = render_html(records)
     assert 'id="failed-controls"' in html and "expected zero_grad, got ok" in html
     vetted = vetted_environments(records)
-    assert [v["transformers"] for v in vetted] == ["4.51.3"]
+    assert [v.cell.transformers for v in vetted] == ["4.51.3"]
     assert "cu124-torch2.6.0-tf4.51.3-fanone-a100-py3.11" in html.split('id="vetted"')[1]
 
 
@@ -56,7 +55,7 @@ def test_vetting_rules() -> None:
     newer = make_record("ok", torch="2.7.1", cuda="12.8")
     other_gpu = make_record("ok", torch="2.8.0", cuda="12.8", gpu="H20")
     choice = best(vetted_environments([ok, newer, other_gpu]), "A100")
-    assert choice is not None and choice["torch"] == "2.7.1"
+    assert choice is not None and choice.cell.torch == "2.7.1"
     assert best(vetted_environments([ok]), "H20") is None
 
 
@@ -64,7 +63,7 @@ def test_results_merge_from_two_runners(tmp_path: Path) -> None:
     a100, h20 = tmp_path / "a100", tmp_path / "h20"
     for folder, gpu in ((a100, "A100"), (h20, "H20")):
         for rec in (make_record("ok", gpu=gpu), make_record("sigfpe", gpu=gpu, scenario="bf16")):
-            write_json_atomic(folder / f"{cell_stem(rec['cell']['id'])}.json", rec)
+            write_record(folder / f"{cell_stem(rec.id)}.json", rec)
     (a100 / "torn.json").write_text("{ not json")
     paths = write_report([a100, h20], tmp_path / "out")
     frame = pd.read_csv(paths["csv"])
