@@ -40,6 +40,8 @@ REMEDIES: dict[str, str] = {
     "timeout": "the run hung or was too slow: look at the log tail for the last step reached; raise --timeout if it was making progress",
     "crash": "the process was killed by a signal: check the system log for the OOM killer (signal 9) or a native crash (signal 11)",
     "error": "read the evidence line and the log tail: this failure matches no known signature",
+    "wrong_gpu": "the cell ran on another GPU type than its id names (or on none): pin the job to that GPU type "
+    "(Slurm partition/constraint, runner label, nodeSelector) and run it again; its result says nothing about the GPU named",
     "build_failed": "read the failing build step in the log; pin versions that publish wheels for this Python/CUDA",
     "skipped": "see the reason: the catalog rules this combination out",
 }

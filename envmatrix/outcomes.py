@@ -23,6 +23,7 @@ class Outcome(str, Enum):
     TIMEOUT = "timeout"
     CRASH = "crash"
     ERROR = "error"
+    WRONG_GPU = "wrong_gpu"
     BUILD_FAILED = "build_failed"
     SKIPPED = "skipped"
 
@@ -40,4 +41,4 @@ def glyph(outcome: str) -> str:
 
 
 #: Outcomes a control may declare with `expect:`; the rest are not failure modes a probe can provoke.
-EXPECTABLE: tuple[str, ...] = tuple(o.value for o in Outcome if o not in (Outcome.OK, Outcome.SKIPPED, Outcome.BUILD_FAILED))
+EXPECTABLE: tuple[str, ...] = tuple(o.value for o in Outcome if o not in (Outcome.OK, Outcome.SKIPPED, Outcome.BUILD_FAILED, Outcome.WRONG_GPU))

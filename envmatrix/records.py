@@ -244,8 +244,24 @@ class Record:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "record") -> Record:
-        """A validated Record from a record file's content (version 1 or 2); RecordError otherwise."""
-        return _parse(_Reader(source), data)
+        """A validated Record from a record file's content (version 1 or 2); RecordError otherwise.
+        The GPU guard applies again: a record claiming a GPU its probe did not see is never ok."""
+        return guarded(_parse(_Reader(source), data))
+
+
+def guarded(record: Record) -> Record:
+    """The record, or the record as `wrong_gpu` when its probe ran on another GPU type than the cell
+    names (or did not say which, for a result that would otherwise count)."""
+    from .classify import decided  # classify imports this module
+    from .gpuguard import mismatch
+
+    counts = record.klass == "ok" or record.control == "reproduced" or record.env_facts is not None
+    if record.status != "done" or not counts or record.klass == "wrong_gpu":
+        return record
+    evidence = mismatch(record.cell.gpu, record.env_facts)
+    if evidence is None:
+        return record
+    return replace(record, outcome=decided("wrong_gpu", evidence, "gpu_guard"), control="not reproduced" if record.expect else None)
 
 
 def _plain(value: Any) -> Any:

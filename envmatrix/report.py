@@ -43,6 +43,7 @@ CLASS_COLOURS = {
     "timeout": "#9a6700",
     "crash": "#a40e26",
     "error": "#57606a",
+    "wrong_gpu": "#e16f24",
     "build_failed": "#24292f",
 }
 COLUMNS = [

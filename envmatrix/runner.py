@@ -44,6 +44,7 @@ from .records import (
     build_facts,
     cell_info,
     cell_stem,
+    guarded,
     inputs_hash,
     log_tail,
     read_record,
@@ -264,19 +265,21 @@ class Runner:
         sig = signal_number(done.exit_code)
         result = facts.result or {}
         env_facts = result.get("env")
-        return self.new_record(
-            cell,
-            "done",
-            classify(facts),
-            timings=Timings(prepare_s=ready.seconds, prepare_reused=ready.reused, probe_s=done.seconds),
-            exit_code=done.exit_code,
-            signal=_signal_name(sig),
-            timed_out=done.timed_out,
-            env_facts=env_facts if isinstance(env_facts, dict) else None,
-            result=result,
-            metrics=facts.metrics,
-            log=LogRef(str(log), log_tail(log)),
-            **common,
+        return guarded(
+            self.new_record(
+                cell,
+                "done",
+                classify(facts),
+                timings=Timings(prepare_s=ready.seconds, prepare_reused=ready.reused, probe_s=done.seconds),
+                exit_code=done.exit_code,
+                signal=_signal_name(sig),
+                timed_out=done.timed_out,
+                env_facts=env_facts if isinstance(env_facts, dict) else None,
+                result=result,
+                metrics=facts.metrics,
+                log=LogRef(str(log), log_tail(log)),
+                **common,
+            )
         )
 
     # ---- the matrix ------------------------------------------------------------------------------

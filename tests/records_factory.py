@@ -20,7 +20,9 @@ def make_record(
     log_tail: str = "step 1\n",
     freeze: list[str] | None = None,
     build: BuildFacts | None = None,
+    seen_gpu: str | None = None,
 ) -> Record:
+    """A record as the runner writes it; the probe saw `seen_gpu` (default: the cell's own GPU)."""
     fa = "fanone" if flash_attn == "none" else f"fa{flash_attn}"
     tag = "cpu" if cuda == "none" else "cu" + cuda.replace(".", "")
     build_id = f"{tag}-torch{torch}-tf{transformers}-{fa}-py3.11"
@@ -53,4 +55,12 @@ def make_record(
         result={"probe_version": "1", "steps_completed": 4, "parity": {"rel_err": 1e-7}},
         metrics=tuple({"step": i, "loss": 0.1 * i, "grad_norm": 1.0 / i} for i in (1, 2, 3, 4)),
         log=LogRef(path="/tmp/x.log", tail=log_tail),
+        env_facts=None if skipped else device_facts(seen_gpu or gpu),
     )
+
+
+def device_facts(gpu: str) -> dict[str, object]:
+    """What the probe reports of its device for a GPU type (the nvidia-smi style name)."""
+    if gpu == "cpu":
+        return {"device": "cpu", "gpu_name": None}
+    return {"device": "cuda:0", "gpu_name": f"NVIDIA {gpu}-SXM-80GB", "compute_capability": "9.0"}

@@ -46,7 +46,7 @@ def test_real_log_index_has_28() -> None:
 
 def test_every_outcome_has_a_remedy() -> None:
     assert set(REMEDIES) == set(OUTCOME_NAMES)
-    assert {name for name, _ in RULES} | {"ok", "skipped"} == set(OUTCOME_NAMES)
+    assert {name for name, _ in RULES} | {"ok", "skipped", "wrong_gpu"} == set(OUTCOME_NAMES)  # wrong_gpu: the GPU guard
 
 
 # ---- one test per rule -------------------------------------------------------------------------

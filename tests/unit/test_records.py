@@ -158,3 +158,31 @@ def test_load_records_skips_bad_files_with_a_warning(tmp_path: Path) -> None:
     joined = "\n".join(warnings)
     for name in ("torn.json", "list.json", "evil.json", "deep.json", "zero.json", "fifo.json"):
         assert name in joined
+
+
+# ---- the wrong-GPU guard ---------------------------------------------------------------------------
+
+
+def test_a_record_faked_onto_another_gpu_is_never_ok() -> None:
+    faked = make_record("ok", gpu="H20", seen_gpu="A100")  # ran on an A100, claims H20
+    loaded = Record.from_json(faked.to_json())
+    assert loaded.klass == "wrong_gpu" and "A100" in loaded.outcome.evidence and "H20" in loaded.outcome.evidence
+    on_cpu = Record.from_json(make_record("ok", gpu="H100", seen_gpu="cpu").to_json())
+    assert on_cpu.klass == "wrong_gpu" and "ran on cpu" in on_cpu.outcome.evidence
+    silent = make_record("ok", gpu="A100").to_json()
+    silent["environment"]["facts"] = None
+    assert Record.from_json(silent).klass == "wrong_gpu"  # cannot say where it ran: not ok
+    control = Record.from_json(make_record("zero_grad", gpu="H20", expect="zero_grad", seen_gpu="A100").to_json())
+    assert control.klass == "wrong_gpu" and control.control == "not reproduced"
+    assert Record.from_json(make_record("ok", gpu="H20").to_json()).klass == "ok"
+
+
+def test_wrong_gpu_records_are_not_vetted_and_show_in_the_report(tmp_path: Path) -> None:
+    from envmatrix.report import write_report
+    from envmatrix.vetting import vetted_environments
+
+    write_record(tmp_path / "r" / "faked.json", make_record("ok", gpu="H20", seen_gpu="A100"))
+    records = load_records(tmp_path / "r")
+    assert [r.klass for r in records] == ["wrong_gpu"] and vetted_environments(records) == []
+    html = write_report([tmp_path / "r"], tmp_path / "out")["html"].read_text()
+    assert 'data-outcome="wrong_gpu"' in html and "not on the H20" in html

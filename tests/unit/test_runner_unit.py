@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 
 import pytest
+from records_factory import device_facts
 from rich.console import Console
 
 from envmatrix.backends import BuildFailed, Prepared
@@ -47,6 +48,7 @@ class FakeBackend:
         self.entered = self.exited = 0
         self.stopped = 0
         self.delay = 0.0
+        self.seen = "cpu"  # the device the fake probe reports
         self.lock = threading.Lock()
 
     def __enter__(self) -> FakeBackend:
@@ -73,7 +75,14 @@ class FakeBackend:
             raise ConnectionError("engine went away")
         time.sleep(self.delay)
         out.mkdir(parents=True, exist_ok=True)
-        result = {"probe_version": "2", "finished": True, "steps_completed": 3, "stage": "done", "params": {"trainable": 2, "with_grad": 2, "changed": 2}}
+        result = {
+            "env": device_facts(self.seen),
+            "probe_version": "2",
+            "finished": True,
+            "steps_completed": 3,
+            "stage": "done",
+            "params": {"trainable": 2, "with_grad": 2, "changed": 2},
+        }
         (out / "result.json").write_text(json.dumps(result))
         (out / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in HEALTHY_METRICS))
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -132,6 +141,7 @@ def test_backend_exceptions_become_records_and_the_matrix_goes_on(tmp_path: Path
 
 def test_gpu_slots_and_world_size(tmp_path: Path) -> None:
     backend = FakeBackend()
+    backend.seen = "A100"
     ddp4 = Scenario("ddp4", world_size=4)
     plan = cells(env(gpu="A100"), scenarios=(Scenario("one"), Scenario("ddp2", world_size=2), ddp4))
     report = runner(tmp_path, backend, gpu_count=2, jobs=2).run(plan, "A100")
@@ -139,6 +149,13 @@ def test_gpu_slots_and_world_size(tmp_path: Path) -> None:
     assert by["ddp4"].klass == "skipped" and "needs 4 GPUs" in by["ddp4"].outcome.evidence
     gpus = dict(backend.ran)
     assert len(gpus["one"]) == 1 and sorted(gpus["ddp2"]) == [0, 1]
+
+
+def test_a_probe_on_another_gpu_is_wrong_gpu(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    backend.seen = "A100"
+    (rec,) = runner(tmp_path, backend, gpu_count=1).run(cells(env(gpu="H20")), "H20").records
+    assert rec.klass == "wrong_gpu" and "A100" in rec.outcome.evidence
 
 
 def test_other_gpu_types_are_left(tmp_path: Path) -> None:
