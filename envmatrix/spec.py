@@ -44,7 +44,7 @@ class Scenario:
     input_grad_hook: bool = True
     world_size: int = 1
     num_generations: int = 4
-    std: str = "biased"
+    std: str = "unbiased"
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
