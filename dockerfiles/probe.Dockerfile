@@ -55,6 +55,6 @@ RUN if [ "$FLASH_ATTN" != "none" ]; then \
 
 # The probe runs as an unprivileged user; its output folder is mounted at /out.
 RUN useradd --create-home --uid 1000 probe
-COPY grpo_smoke.py /opt/envmatrix/grpo_smoke.py
+COPY probes/ /opt/envmatrix/probes/
 USER 1000
 WORKDIR /home/probe

@@ -21,6 +21,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from probes import source_files as probe_files
+
 from .spec import Scenario
 
 #: The probe ships beside the package (a checkout) and inside the wheel (as `probes/`).
@@ -52,7 +54,7 @@ class Completed:
 
 def probe_source() -> bytes:
     """Every file of the probe, in a stable order: what a cached record's inputs hash covers."""
-    return b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in sorted(PROBE.parent.glob("*.py")))
+    return b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in probe_files())
 
 
 def probe_command(python: str, scenario: Scenario, out_dir: Path, probe: Path = PROBE) -> list[str]:

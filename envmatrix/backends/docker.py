@@ -22,10 +22,12 @@ from typing import Any
 
 import certifi
 
+from probes import source_files as probe_files
+
 from .. import catalog
 from ..cells import Environment
 from ..errors import BackendError
-from ..execute import PROBE, Completed, probe_command, process_alive
+from ..execute import Completed, probe_command, process_alive
 from ..pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch_index_url
 from ..plan import Build
 from ..spec import Scenario
@@ -34,7 +36,7 @@ from .venv import PEFT
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKERFILE = ROOT / "dockerfiles" / "probe.Dockerfile"
-PROBE_IN_IMAGE = Path("/opt/envmatrix/grpo_smoke.py")
+PROBE_IN_IMAGE = Path("/opt/envmatrix/probes/grpo_smoke.py")
 CPU_BASE = "envmatrix-base:bookworm"
 CUDA_BASES = {
     "11.8": "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04",
@@ -170,7 +172,9 @@ class DockerBackend:
     def _context(self, env: Environment, folder: Path) -> None:
         """The build context: Dockerfile, probe, CA bundle, and a wheelhouse (the CPU torch, the user's wheels)."""
         shutil.copy(DOCKERFILE, folder / "Dockerfile")
-        shutil.copy(PROBE, folder / "grpo_smoke.py")
+        (folder / "probes").mkdir()
+        for source in probe_files():
+            shutil.copy(source, folder / "probes" / source.name)
         (folder / "certs").mkdir()
         ca = HOST_CA if HOST_CA.exists() else Path(certifi.where())
         shutil.copy(ca, folder / "certs" / "ca.crt")
@@ -192,8 +196,8 @@ class DockerBackend:
     def image_tag(self, args: dict[str, str], folder: Path) -> str:
         """`envmatrix-probe:<16 hex>` over the Dockerfile, the probe, the build args and the wheelhouse listing."""
         h = hashlib.sha256()
-        for name in ("Dockerfile", "grpo_smoke.py", "certs/ca.crt"):
-            h.update((folder / name).read_bytes())
+        for path in (folder / "Dockerfile", *sorted((folder / "probes").iterdir()), folder / "certs" / "ca.crt"):
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
         h.update(json.dumps(args, sort_keys=True).encode())
         for wheel in sorted((folder / "wheelhouse").iterdir()):
             h.update(f"{wheel.name}:{wheel.stat().st_size}".encode())
