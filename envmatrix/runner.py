@@ -10,15 +10,12 @@ runners on the same cell take turns (a lock file per cell), so a record is never
 from __future__ import annotations
 
 import datetime
-import fcntl
 import platform
 import signal
 import threading
 import traceback
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -32,6 +29,7 @@ from .backends import Backend, BuildFailed, Prepared
 from .cells import SKIPPED, Cell
 from .classify import classify, control_status, decided, signal_number
 from .errors import Interrupted
+from .locking import exclusive
 from .outcomes import glyph
 from .plan import Build, builds
 from .records import (
@@ -113,18 +111,6 @@ class GpuPool:
         with self.cond:
             self.free = sorted(self.free + ids)
             self.cond.notify_all()
-
-
-@contextmanager
-def cell_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock on one cell across processes: a second runner of the same cell waits here."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 class Runner:
@@ -218,7 +204,7 @@ class Runner:
         """Prepare (once), run, classify and record one cell; None when the run was interrupted."""
         if self.stopping.is_set():
             return None
-        with cell_lock(self.paths.locks / f"{cell_stem(cell.id)}.lock"):
+        with exclusive(self.paths.locks / f"{cell_stem(cell.id)}.lock"):
             if not self.rerun and (record := self.cached(cell)) is not None:
                 return record  # another runner finished it while this one waited
             record = self._run_locked(cell, build)

@@ -8,7 +8,6 @@ in every cell. torch is pinned exactly, and a CUDA build is never installed on a
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -16,8 +15,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -25,6 +22,7 @@ from .. import catalog
 from ..cells import Environment
 from ..hostinfo import detect_gpus
 from ..jsonio import read_json
+from ..locking import exclusive
 from ..pipconfig import PipSettings, cpu_torch_install_args, read_pip_settings, torch_index_url
 from ..plan import Build
 from . import BuildFailed, Prepared, ProcessBackend
@@ -76,7 +74,7 @@ class VenvBackend(ProcessBackend):
         target = self.root / build.build_id
         python = target / "bin" / "python"
         key = self.inputs_key(env)
-        with _locked(self.root / f".{build.build_id}.lock"):
+        with exclusive(self.root / f".{build.build_id}.lock"):
             marker = read_json(target / MARKER)
             if marker and marker.get("inputs") == key and python.exists():
                 return Prepared(str(python), 0.0, True, facts=marker, env=_cell_env())
@@ -163,15 +161,3 @@ def _step(name: str, cmd: list[str], out: IO[bytes]) -> None:
     if proc.returncode != 0:
         tail = proc.stdout.decode("utf-8", "replace").strip().splitlines()[-5:]
         raise BuildFailed(f"{name} failed (exit {proc.returncode}): " + " | ".join(tail))
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock between runners preparing the same venv."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
