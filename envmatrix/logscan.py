@@ -1,27 +1,39 @@
-"""Scan a training log for failure signatures and trainer metrics, in bounded memory and time.
+"""Scan a training log for failure signatures, trainer metrics and generated text, in linear time and bounded memory.
 
-The log is read in 1 MiB chunks of whole lines as bytes, ANSI colour codes removed, and searched
-with one compiled pattern per job (C speed). Only the lines that match are decoded, so a 1 GB log
-costs seconds and a few MiB. `\\r`-rewritten progress bars, rank prefixes, non-UTF-8 bytes and
-terminal-wrapped dicts need no special handling: the patterns do not depend on line structure.
+The log is read in 1 MiB chunks of whole lines as bytes, ANSI colour codes removed, and searched with
+Google's RE2 (google-re2): a DFA-based engine whose time is linear in the input whatever the pattern, so
+no line (`\\r`, repeated short tokens, a megabyte without a line end) can make a pattern backtrack. All
+signatures are one alternation, searched in one pass at hundreds of MB/s; a signature leaves the
+alternation once it has been seen (only its first hit is kept), so a log that repeats one error a million
+times costs no more than one that shows it once. Generated-text candidates (id lists, special-token runs,
+long word runs, lines labelled completion/output/…) are a second pass whose hits garble.py measures; at most
+GEN_BUDGET of them per log. `\\r`-rewritten progress bars, rank prefixes, non-UTF-8 bytes and
+terminal-wrapped phrases need no special handling: the patterns do not depend on line structure.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from functools import lru_cache
+from typing import Any, BinaryIO
+
+import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
+
+from .garble import garbled
 
 CHUNK = 1 << 20
 MAX_LINE = 1 << 16  # a "line" longer than this is cut when quoted as evidence
 EVIDENCE_CHARS = 400
 METRIC_VALUES_KEPT = 64
+GEN_BUDGET = 4096  # generated-text candidates measured per log
+GEN_REGION = 1 << 14  # bytes of an id list followed across wrapped, prefixed lines
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
-# name → pattern; names are `<outcome>:<variant>`, the most decisive variant of an outcome first (its
-# hit is the evidence quoted). Case matters: `--fault sigfpe` in a command line is not a SIGFPE.
-# Phrases allow any white space (terminal wrapping) between words.
+# name → pattern (RE2 syntax); names are `<outcome>:<variant>`, the most decisive variant of an outcome first
+# (its hit is the evidence quoted). Variants cover the wordings of several releases and frameworks.
+# Case matters: `--fault sigfpe` in a command line is not a SIGFPE. `\s` between words: terminal wrapping.
 SIGNATURES: dict[str, str] = {
     "sigfpe:ucx": r"Caught signal 8\b",
     "sigfpe:elastic": r"Signal 8 \(SIGFPE\)",
@@ -34,12 +46,20 @@ SIGNATURES: dict[str, str] = {
     "import_abi:cxxabi": r"CXXABI_[0-9.]+'?\s+not found",
     "import_abi:wrapped": r"Failed to import transformers\.[\w.]+ because of the following error",
     "driver_too_old:old": r"NVIDIA driver on your system is too old",
-    "driver_too_old:insufficient": r"CUDA driver version is insufficient",
-    "unsupported_gpu:fa2": r"FlashAttention only supports Ampere GPUs or newer",
+    "driver_too_old:insufficient": r"(?i:CUDA driver version is insufficient)",
+    "driver_too_old:enum": r"cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+    "unsupported_gpu:fa2": r"FlashAttention only supports (?:Ampere|Turing) GPUs or newer",
+    "unsupported_gpu:head_dim": r"FlashAttention\s+(?:backward|forward)?\s*for\s+head\s*dim\s*\S+\s+(?:\d+\s+)?requires",
+    "unsupported_gpu:datacenter": r"requires\s+(?:an?\s+)?A100(?:/A800)?\s+or\s+H100",
+    "unsupported_gpu:is_sm": r"Expected (?:is_sm\w+(?: \|\| )?)+ to be true, but got false",
     "unsupported_gpu:kernel": r"no kernel image is available for execution on the device",
     "unsupported_gpu:sm": r"is not compatible with the current PyTorch installation",
     "oom:cuda": r"CUDA out of memory",
     "oom:error": r"OutOfMemoryError",
+    "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
+    "oom:runtime": r"(?i:cuda(?: runtime)? error(?: \(2\))?\s*:\s*out of memory)",
+    "oom:enum": r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|CUBLAS_STATUS_ALLOC_FAILED",
+    "oom:xla": r"RESOURCE_EXHAUSTED|ResourceExhaustedError|OOM when allocating tensor",
     "oom:cpu": r"DefaultCPUAllocator: can't allocate memory",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
@@ -48,9 +68,6 @@ SIGNATURES: dict[str, str] = {
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
-    # one token id repeated: a printed list, maybe wrapped over lines that carry rank/log prefixes or
-    # are interleaved with another rank's \r-redrawn progress bar
-    "garbled_output:repeat": r", (?P<tok>\d\d+)(?:,(?:\s|\[[^\]\n]{0,80}\]|:|\r[^\n]*)*(?P=tok)\b){15,}",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
     "nccl_error:watchdog": r"Watchdog caught collective operation timeout",
     "nccl_error:error": r"NCCL error in:",
@@ -62,16 +79,36 @@ SIGNATURES: dict[str, str] = {
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     "crash:segv": r"Segmentation fault",
     "crash:bus": r"Bus error",
+    # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
+    "error:line": r"(?m)^[ \t>]*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)(?::|[ \t\r]*$)",
     "error:traceback": r"Traceback \(most recent call last\)",
 }
+# Also for the evidence: the version of cuBLAS a log shows (names the SIGFPE remedy's cause).
+# The value is the group named VALUE; a fact without one is a presence (the matched text).
+FACTS: dict[str, str] = {
+    "cublas": r"(?:libcublas(?:Lt)?\.so\.|nvidia-cublas-cu\d+[=\s]+|cuBLAS[ :]+)(?P<VALUE>\d+\.\d+\.\d+(?:\.\d+)?)",
+    "num_generations": r"num_generations\W{1,4}(?P<VALUE>\d+)\b",
+    "temperature": r"\btemperature\W{1,4}(?P<VALUE>\d+(?:\.\d+)?)",
+    "top_p": r"\btop_p\W{1,4}(?P<VALUE>\d+(?:\.\d+)?)",
+    "gemma2": r"(?i:gemma-?2)",
+    "flash_attn": r"(?i:flash_attention_2|flash[-_]attn)",
+}
 
-# One pattern per signature, each opening with a literal: the regex engine then skips ahead with a
-# fast literal search. (One big alternation is tried at every byte: 2 MiB/s instead of hundreds.)
-_SIGS = [(name, re.compile(p.encode())) for name, p in SIGNATURES.items()]
-
-_SEP = rb"['\"]?\s*(?:[:=]\s*|\s+)['\"]?"
-_METRIC = re.compile(rb"(loss|grad_norm|reward_std|frac_reward_zero_std)" + _SEP + rb"(-?(?:[nN]a[nN]|[iI]nf|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))\b")
-_NONFINITE = [re.compile(key + _SEP + rb"-?(?:[nN]a[nN]|[iI]nf)\b") for key in (rb"loss", rb"grad_norm")]
+_KEYCH = rb"[\w./-]"
+_SEP = rb"['\"]?(?:\s*[:=]\s*|[ \t]+)['\"]?(?:tensor\()?"
+# a metric a rule judges, under any prefix (`actor/grad_norm`, `train/loss`) or spelling (`grad norm`)
+_METRIC = rb"(?P<metric>(?P<mkey>grad[ _]norm|reward_std|frac_reward_zero_std)" + _SEP + rb"(?P<mval>-?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)))"
+# any loss or gradient norm, however named (`critic/vf_loss:nan`, `'policy_loss': nan`, `loss=tensor(nan`)
+_NONFINITE = _KEYCH + rb"*(?i:loss|grad[ _]norm)" + _KEYCH + rb"*" + _SEP + rb"-?(?i:nan|inf(?:inity)?)\b"
+_GEN: dict[str, bytes] = {
+    "labelled": rb"(?i:\b(?:completions?|generations?|generated(?:_text)?|outputs?|responses?|predictions?|preds?|samples?|answers?|decoded)\b['\"]?\s*[:=])",
+    "special_run": rb"(?:<\|?[\w.-]{1,30}\|?>(?:\\n|\s){0,4}){8}",
+    "ids": rb"(?:\d+,(?:\s|\[[^\]\n]*\]|:)*){9}\d",
+    "word_run": rb"(?:[A-Za-z]+[^\w\n]{1,3}){24}",
+    "char_run": rb"0{24}|1{24}|2{24}|3{24}|4{24}|5{24}|6{24}|7{24}|8{24}|9{24}",
+    "non_ascii": rb"[^\x00-\x7f]{40}",
+}
+_STRIP = re.compile(rb"\[[^\]\n]{0,80}\]|\r[^\n]{0,400}")
 
 
 @dataclass(frozen=True)
@@ -88,12 +125,13 @@ class Hit:
 
 @dataclass
 class LogScan:
-    """What a log showed: first hit per signature (and counts), early metric values, first non-finite metric."""
+    """What a log showed: first hit per signature, early metric values, first non-finite metric, garbled text, facts."""
 
     hits: dict[str, Hit] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, list[tuple[float, Hit]]] = field(default_factory=dict)
     nonfinite: Hit | None = None
+    garbled: tuple[Hit, str] | None = None
+    facts: dict[str, str] = field(default_factory=dict)
     lines: int = 0
     size: int = 0
 
@@ -110,52 +148,119 @@ class LogScan:
 
 
 def _is_key(buf: bytes, start: int) -> bool:
-    """A metric name stands alone (`'loss'`, ` loss`), not inside another (`val_loss`, `loss/x`)."""
+    """A metric name stands alone (`'grad_norm'`), not inside another (`val_grad_norm`)…, but a `/` prefix is a namespace."""
     before = buf[start - 1 : start]
-    return not before or not (before.isalnum() or before in (b"_", b"/"))
+    return not before or not (before.isalnum() or before == b"_")
+
+
+def _line_bounds(buf: bytes, start: int, end: int) -> tuple[int, int]:
+    lo = max(buf.rfind(b"\n", 0, start), buf.rfind(b"\r", 0, start)) + 1
+    his = [h for h in (buf.find(b"\n", end), buf.find(b"\r", end)) if h != -1]
+    hi = min(his) if his else len(buf)
+    return max(lo, start - MAX_LINE), min(hi, end + MAX_LINE)
 
 
 def _line_at(buf: bytes, start: int, end: int) -> str:
     """The text of the line (or \\r-segment) around buf[start:end], cleaned and shortened."""
-    lo = max(buf.rfind(b"\n", 0, start), buf.rfind(b"\r", 0, start)) + 1
-    hi_n, hi_r = buf.find(b"\n", end), buf.find(b"\r", end)
-    his = [h for h in (hi_n, hi_r) if h != -1]
-    hi = min(his) if his else len(buf)
-    lo = max(lo, start - MAX_LINE)
-    hi = min(hi, end + MAX_LINE)
+    lo, hi = _line_bounds(buf, start, end)
     text = buf[lo:hi].decode("utf-8", "replace").strip()
     return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
+
+
+def _group(name: str) -> bytes:
+    """An RE2 group name for a signature (a bytes pattern names its groups in bytes)."""
+    return name.replace(":", "__").encode()
+
+
+@lru_cache(maxsize=256)
+def _alternation(names: tuple[str, ...], metrics: bool) -> tuple[Any, tuple[str, ...]]:
+    """One RE2 pattern for what is still wanted: unseen signatures and facts, the first non-finite value, metric values.
+
+    Returns the pattern and its top-level group names, in order (the one that matched says what was seen)."""
+    parts: list[tuple[str, bytes]] = [(n, p.encode()) for n, p in SIGNATURES.items() if n in names]
+    parts += [("fact:" + n, p.replace("VALUE", "v__" + n).encode()) for n, p in FACTS.items() if "fact:" + n in names]
+    if "nonfinite" in names:
+        parts.append(("nonfinite", _NONFINITE))
+    if not parts and not metrics:
+        return None, ()
+    body = [b"(?P<%s>%s)" % (_group(n), p) for n, p in parts] + ([_METRIC] if metrics else [])
+    return re2.compile(b"|".join(body)), tuple(n for n, _ in parts) + (("metric",) if metrics else ())
+
+
+@lru_cache(maxsize=1)
+def _gen_pattern() -> Any:
+    return re2.compile(b"|".join(b"(?P<%s>%s)" % (k.encode(), v) for k, v in _GEN.items()))
 
 
 class _Scanner:
     def __init__(self) -> None:
         self.scan = LogScan()
-        self.metrics_done = False
+        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite"}
+        self.metrics_left = METRIC_VALUES_KEPT
+        self.gen_left = GEN_BUDGET
 
     def feed(self, buf: bytes, base_line: int) -> None:
-        scan = self.scan
+        counted = [0, base_line]  # (position, line number there): line numbers cost O(n) per chunk in all
 
-        def hit(m: re.Match[bytes]) -> Hit:
-            return Hit(base_line + buf.count(b"\n", 0, m.start()) + 1, _line_at(buf, m.start(), m.end()))
+        def hit(start: int, end: int) -> Hit:
+            pos, line = counted
+            line += buf.count(b"\n", pos, start)
+            counted[:] = [start, line]
+            return Hit(line + 1, _line_at(buf, start, end))
 
-        for name, pattern in _SIGS:
-            for m in pattern.finditer(buf):
-                scan.counts[name] = scan.counts.get(name, 0) + 1
-                if name not in scan.hits:
-                    scan.hits[name] = hit(m)
-        if scan.nonfinite is None:
-            found = [m for m in (p.search(buf) for p in _NONFINITE) if m is not None and _is_key(buf, m.start())]
-            if found:
-                scan.nonfinite = hit(min(found, key=lambda m: m.start()))
-        if not self.metrics_done:
-            for m in _METRIC.finditer(buf):
-                if not _is_key(buf, m.start()):
-                    continue
-                kept = scan.metrics.setdefault(m.group(1).decode(), [])
-                kept.append((float(m.group(2)), hit(m)))
-                if len(kept) >= METRIC_VALUES_KEPT:  # the early steps are what the rules judge
-                    self.metrics_done = True
-                    break
+        self._signatures(buf, hit)
+        if self.gen_left > 0 and self.scan.garbled is None:
+            self._generated(buf, base_line)
+
+    def _signatures(self, buf: bytes, hit: Any) -> None:
+        scan, pos = self.scan, 0
+        while True:
+            pattern, names = _alternation(tuple(sorted(self.todo)), self.metrics_left > 0)
+            m = pattern.search(buf, pos) if pattern is not None else None
+            if m is None:
+                return
+            pos = m.start() + 1  # not m.end(): a long match (an exception line) may hold another signature
+            name = next(n for n in names if m.group(_group(n)) is not None)
+            if name == "metric":
+                if _is_key(buf, m.start(pattern.groupindex[b"mkey"])):
+                    key = m.group(b"mkey").decode().replace(" ", "_")
+                    scan.metrics.setdefault(key, []).append((float(m.group(b"mval")), hit(m.start(), m.end())))
+                    self.metrics_left -= 1
+            elif name == "nonfinite":
+                if b"scale" not in m.group(0).lower():  # `loss_scale: inf` is fp16 dynamic loss scaling, not a failure
+                    scan.nonfinite = hit(m.start(), m.end())
+                    self.todo.discard(name)
+            elif name.startswith("fact:"):
+                fact = name[len("fact:") :]
+                value = m.group(("v__" + fact).encode()) if "VALUE" in FACTS[fact] else m.group(0)
+                scan.facts[fact] = value.decode("utf-8", "replace")
+                self.todo.discard(name)
+            else:
+                scan.hits[name] = hit(m.start(), m.end())
+                self.todo.discard(name)
+
+    def _generated(self, buf: bytes, base_line: int) -> None:
+        pattern, pos = _gen_pattern(), 0
+        while self.gen_left > 0:
+            m = pattern.search(buf, pos)
+            if m is None:
+                return
+            self.gen_left -= 1
+            lo, hi = _line_bounds(buf, m.start(), m.end())
+            kind = next(k for k in _GEN if m.group(k.encode()) is not None)
+            if kind == "labelled":
+                text = buf[m.end() : hi]
+            elif kind == "ids":  # an id list wrapped over prefixed lines, maybe under a progress bar
+                hi = min(len(buf), m.start() + GEN_REGION)
+                text = _STRIP.sub(b" ", buf[m.start() : hi])
+            else:
+                text = buf[lo:hi]
+            verdict = garbled(text.decode("utf-8", "replace"))
+            if verdict is not None:
+                line = base_line + buf.count(b"\n", 0, m.start())
+                self.scan.garbled = (Hit(line + 1, _line_at(buf, m.start(), m.end())), verdict.reason)
+                return
+            pos = max(hi, m.end(), m.start() + 1) if kind != "ids" else m.end()
 
 
 def scan_stream(stream: BinaryIO) -> LogScan:
@@ -179,7 +284,9 @@ def scan_stream(stream: BinaryIO) -> LogScan:
                 if len(buf) < CHUNK + MAX_LINE:
                     continue  # no line end yet: wait for more, within bounds
                 cut = len(buf)  # one enormous line: search it as it is
-        whole, buf = _ANSI.sub(b"", buf[:cut]), buf[cut:]
+        whole, buf = buf[:cut], buf[cut:]
+        if b"\x1b" in whole:
+            whole = _ANSI.sub(b"", whole)
         if whole:
             scanner.feed(whole, line_no)
             line_no += whole.count(b"\n") + (0 if whole.endswith(b"\n") or block else 1)
