@@ -1,13 +1,15 @@
 """Scan a training log for failure signatures, trainer metrics and generated text, in linear time and bounded memory.
 
-The log is read in 1 MiB chunks of whole lines as bytes, ANSI colour codes removed, and searched with
+The log is read in 1 MiB chunks of whole lines as bytes and searched with
 Google's RE2 (google-re2): a DFA-based engine whose time is linear in the input whatever the pattern, so
 no line (`\\r`, repeated short tokens, a megabyte without a line end) can make a pattern backtrack. All
 signatures are one alternation, searched in one pass at hundreds of MB/s; a signature leaves the
 alternation once it has been seen (only its first hit is kept), so a log that repeats one error a million
 times costs no more than one that shows it once. Generated-text candidates (id lists, special-token runs,
 long word runs, lines labelled completion/output/…) are a second pass whose hits garble.py measures; at most
-GEN_BUDGET of them per log. `\\r`-rewritten progress bars, rank prefixes, non-UTF-8 bytes and
+GEN_BUDGET of them per log. ANSI colour codes are removed from the text quoted and judged only (removing them
+from the whole log would halve the speed); the patterns allow them where loggers put them (around a line,
+a level, an exception type), a phrase is matched between them. `\\r`-rewritten progress bars, rank prefixes, non-UTF-8 bytes and
 terminal-wrapped phrases need no special handling: the patterns do not depend on line structure.
 """
 
@@ -28,8 +30,10 @@ EVIDENCE_CHARS = 400
 METRIC_VALUES_KEPT = 64
 GEN_BUDGET = 4096  # generated-text candidates measured per log
 GEN_REGION = 1 << 14  # bytes of an id list followed across wrapped, prefixed lines
+MAX_TAIL = 1 << 12  # how far past judged text a signature that starts inside it may reach
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_ANSI_END = re.compile(rb"\x1b\[[0-9;]*m$")
 
 # name → pattern (RE2 syntax); names are `<outcome>:<variant>`, the most decisive variant of an outcome first
 # (its hit is the evidence quoted). Variants cover the wordings of several releases and frameworks.
@@ -80,7 +84,8 @@ SIGNATURES: dict[str, str] = {
     "crash:segv": r"Segmentation fault",
     "crash:bus": r"Bus error",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
-    "error:line": r"(?m)^[ \t>]*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)(?::|[ \t\r]*$)",
+    "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)"
+    r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
     "error:traceback": r"Traceback \(most recent call last\)",
 }
 # Also for the evidence: the version of cuBLAS a log shows (names the SIGFPE remedy's cause).
@@ -103,7 +108,7 @@ _NONFINITE = _KEYCH + rb"*(?i:loss|grad[ _]norm)" + _KEYCH + rb"*" + _SEP + rb"-
 _GEN: dict[str, bytes] = {
     "labelled": rb"(?i:\b(?:completions?|generations?|generated(?:_text)?|outputs?|responses?|predictions?|preds?|samples?|answers?|decoded)\b['\"]?\s*[:=])",
     "special_run": rb"(?:<\|?[\w.-]{1,30}\|?>(?:\\n|\s){0,4}){8}",
-    "ids": rb"(?:\d+,(?:\s|\[[^\]\n]*\]|:)*){9}\d",
+    "ids": rb"(?:\d+,(?:\s|\[[^\]\n]*\]|:|\x1b\[[0-9;]*m)*){9}\d",
     "word_run": rb"(?:[A-Za-z]+[^\w\n]{1,3}){24}",
     "char_run": rb"0{24}|1{24}|2{24}|3{24}|4{24}|5{24}|6{24}|7{24}|8{24}|9{24}",
     "non_ascii": rb"[^\x00-\x7f]{40}",
@@ -148,9 +153,9 @@ class LogScan:
 
 
 def _is_key(buf: bytes, start: int) -> bool:
-    """A metric name stands alone (`'grad_norm'`), not inside another (`val_grad_norm`)…, but a `/` prefix is a namespace."""
+    """A metric name stands alone (`'grad_norm'`, after a colour code), not inside another (`val_grad_norm`); `a/grad_norm` is a namespace."""
     before = buf[start - 1 : start]
-    return not before or not (before.isalnum() or before == b"_")
+    return not before or not (before.isalnum() or before == b"_") or _ANSI_END.search(buf, max(0, start - 16), start) is not None
 
 
 def _line_bounds(buf: bytes, start: int, end: int) -> tuple[int, int]:
@@ -163,7 +168,7 @@ def _line_bounds(buf: bytes, start: int, end: int) -> tuple[int, int]:
 def _line_at(buf: bytes, start: int, end: int) -> str:
     """The text of the line (or \\r-segment) around buf[start:end], cleaned and shortened."""
     lo, hi = _line_bounds(buf, start, end)
-    text = buf[lo:hi].decode("utf-8", "replace").strip()
+    text = _ANSI.sub(b"", buf[lo:hi]).decode("utf-8", "replace").strip()
     return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
 
 
@@ -181,21 +186,18 @@ def _alternation(names: tuple[str, ...], metrics: bool) -> tuple[Any, tuple[str,
     parts += [("fact:" + n, p.replace("VALUE", "v__" + n).encode()) for n, p in FACTS.items() if "fact:" + n in names]
     if "nonfinite" in names:
         parts.append(("nonfinite", _NONFINITE))
+    if "gen" in names:
+        parts += [("gen:" + k, v) for k, v in _GEN.items()]
     if not parts and not metrics:
         return None, ()
     body = [b"(?P<%s>%s)" % (_group(n), p) for n, p in parts] + ([_METRIC] if metrics else [])
     return re2.compile(b"|".join(body)), tuple(n for n, _ in parts) + (("metric",) if metrics else ())
 
 
-@lru_cache(maxsize=1)
-def _gen_pattern() -> Any:
-    return re2.compile(b"|".join(b"(?P<%s>%s)" % (k.encode(), v) for k, v in _GEN.items()))
-
-
 class _Scanner:
     def __init__(self) -> None:
         self.scan = LogScan()
-        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite"}
+        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen"}
         self.metrics_left = METRIC_VALUES_KEPT
         self.gen_left = GEN_BUDGET
 
@@ -208,20 +210,27 @@ class _Scanner:
             counted[:] = [start, line]
             return Hit(line + 1, _line_at(buf, start, end))
 
-        self._signatures(buf, hit)
-        if self.gen_left > 0 and self.scan.garbled is None:
-            self._generated(buf, base_line)
-
-    def _signatures(self, buf: bytes, hit: Any) -> None:
-        scan, pos = self.scan, 0
+        scan, pos, gen_done_to = self.scan, 0, 0
         while True:
-            pattern, names = _alternation(tuple(sorted(self.todo)), self.metrics_left > 0)
-            m = pattern.search(buf, pos) if pattern is not None else None
+            judged = pos < gen_done_to and "gen" in self.todo  # in text already judged: look for the rest only
+            wanted = tuple(sorted(self.todo - {"gen"} if judged else self.todo))
+            pattern, names = _alternation(wanted, self.metrics_left > 0)
+            if pattern is None:
+                m = None
+            elif judged:
+                m = pattern.search(buf, pos, min(len(buf), gen_done_to + MAX_TAIL))
+                if m is None or m.start() >= gen_done_to:
+                    pos = gen_done_to
+                    continue
+            else:
+                m = pattern.search(buf, pos)
             if m is None:
                 return
             pos = m.start() + 1  # not m.end(): a long match (an exception line) may hold another signature
             name = next(n for n in names if m.group(_group(n)) is not None)
-            if name == "metric":
+            if name.startswith("gen:"):
+                gen_done_to = self._generated(buf, m, name[len("gen:") :], hit)
+            elif name == "metric":
                 if _is_key(buf, m.start(pattern.groupindex[b"mkey"])):
                     key = m.group(b"mkey").decode().replace(" ", "_")
                     scan.metrics.setdefault(key, []).append((float(m.group(b"mval")), hit(m.start(), m.end())))
@@ -239,28 +248,23 @@ class _Scanner:
                 scan.hits[name] = hit(m.start(), m.end())
                 self.todo.discard(name)
 
-    def _generated(self, buf: bytes, base_line: int) -> None:
-        pattern, pos = _gen_pattern(), 0
-        while self.gen_left > 0:
-            m = pattern.search(buf, pos)
-            if m is None:
-                return
-            self.gen_left -= 1
-            lo, hi = _line_bounds(buf, m.start(), m.end())
-            kind = next(k for k in _GEN if m.group(k.encode()) is not None)
-            if kind == "labelled":
-                text = buf[m.end() : hi]
-            elif kind == "ids":  # an id list wrapped over prefixed lines, maybe under a progress bar
-                hi = min(len(buf), m.start() + GEN_REGION)
-                text = _STRIP.sub(b" ", buf[m.start() : hi])
-            else:
-                text = buf[lo:hi]
-            verdict = garbled(text.decode("utf-8", "replace"))
-            if verdict is not None:
-                line = base_line + buf.count(b"\n", 0, m.start())
-                self.scan.garbled = (Hit(line + 1, _line_at(buf, m.start(), m.end())), verdict.reason)
-                return
-            pos = max(hi, m.end(), m.start() + 1) if kind != "ids" else m.end()
+    def _generated(self, buf: bytes, m: Any, kind: str, hit: Any) -> int:
+        """Judge the text around a generated-text candidate; returns where the text judged ends."""
+        self.gen_left -= 1
+        lo, hi = _line_bounds(buf, m.start(), m.end())
+        if kind == "labelled":
+            text = buf[m.end() : hi]
+        elif kind == "ids":  # an id list wrapped over prefixed lines, maybe under a progress bar
+            hi = min(len(buf), m.start() + GEN_REGION)
+            text = _STRIP.sub(b" ", buf[m.start() : hi])
+        else:
+            text = buf[lo:hi]
+        verdict = garbled(_ANSI.sub(b"", text).decode("utf-8", "replace"))
+        if verdict is not None:
+            self.scan.garbled = (hit(m.start(), m.end()), verdict.reason)
+        if verdict is not None or self.gen_left <= 0:
+            self.todo.discard("gen")
+        return hi
 
 
 def scan_stream(stream: BinaryIO) -> LogScan:
@@ -285,8 +289,6 @@ def scan_stream(stream: BinaryIO) -> LogScan:
                     continue  # no line end yet: wait for more, within bounds
                 cut = len(buf)  # one enormous line: search it as it is
         whole, buf = buf[:cut], buf[cut:]
-        if b"\x1b" in whole:
-            whole = _ANSI.sub(b"", whole)
         if whole:
             scanner.feed(whole, line_no)
             line_no += whole.count(b"\n") + (0 if whole.endswith(b"\n") or block else 1)
