@@ -12,12 +12,11 @@ pattern. Tokens are words, numbers and special tokens. Text of at least MIN_TOKE
 
 and any text is garbled with a run of CHAR_RUN (24) of one letter, digit, `!` or `?`.
 
-The thresholds were chosen on tests/data/real-logs (every line of every excerpt, and the probe's
-samples): the largest values on lines of non-garbled logs were a back-to-back run of 9 (a padded
-id list), a top-token share of 0.42 and a 3-gram repeat share of 0.44 (`File "…", line …` frames
-re-printed by two ranks), 2 scripts; every garbled excerpt exceeds a threshold by a wide margin
-(runs of 47 and more, shares of 0.78 and more). bench/bench_classify.py and
-tests/unit/test_classify_garble.py hold the generated cases.
+The thresholds were chosen on tests/data/real-logs (tests/unit/test_classify_garble.py re-checks them):
+on every line of the 57 non-garbled excerpts the largest values are a back-to-back run of 2, a top-token
+share of 0.41 (a table row of zeros), a 3-gram repeat share of 0.26 (a Windows path) and 1 script;
+the 4 garbled excerpts show runs of 60 to 191, or (`<|im_start|>\\n` alternating) 90% repeated 3-grams.
+The thresholds sit between, nearer the healthy side for runs (16: the old id-repeat rule) and shares.
 """
 
 from __future__ import annotations

@@ -177,11 +177,19 @@ def _group(name: str) -> bytes:
     return name.replace(":", "__").encode()
 
 
-@lru_cache(maxsize=256)
-def _alternation(names: tuple[str, ...], metrics: bool) -> tuple[Any, tuple[str, ...]]:
-    """One RE2 pattern for what is still wanted: unseen signatures and facts, the first non-finite value, metric values.
+@dataclass(frozen=True)
+class _Alternation:
+    """A compiled alternation and where its parts are: (name, group index) in order, and the metric's groups."""
 
-    Returns the pattern and its top-level group names, in order (the one that matched says what was seen)."""
+    pattern: Any
+    parts: tuple[tuple[str, int], ...]
+    index: dict[bytes, int]
+
+
+@lru_cache(maxsize=256)
+def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
+    """One RE2 pattern for what is still wanted: unseen signatures and facts, the first non-finite value, metric values,
+    generated-text candidates. (google-re2 rebuilds its group table on every name lookup: look up indices once.)"""
     parts: list[tuple[str, bytes]] = [(n, p.encode()) for n, p in SIGNATURES.items() if n in names]
     parts += [("fact:" + n, p.replace("VALUE", "v__" + n).encode()) for n, p in FACTS.items() if "fact:" + n in names]
     if "nonfinite" in names:
@@ -189,9 +197,19 @@ def _alternation(names: tuple[str, ...], metrics: bool) -> tuple[Any, tuple[str,
     if "gen" in names:
         parts += [("gen:" + k, v) for k, v in _GEN.items()]
     if not parts and not metrics:
-        return None, ()
+        return None
     body = [b"(?P<%s>%s)" % (_group(n), p) for n, p in parts] + ([_METRIC] if metrics else [])
-    return re2.compile(b"|".join(body)), tuple(n for n, _ in parts) + (("metric",) if metrics else ())
+    pattern = re2.compile(b"|".join(body))
+    index: dict[bytes, int] = dict(pattern.groupindex)
+    order = tuple(n for n, _ in parts) + (("metric",) if metrics else ())
+    return _Alternation(pattern, tuple((n, index[_group(n)]) for n in order), index)
+
+
+def _spans(m: Any) -> Any:
+    """Every group's (start, end), (-1, -1) where it did not take part. google-re2's Match keeps them in `_spans`;
+    its public span(i) re-counts the pattern's groups on each call, 50 times slower over an alternation."""
+    spans = getattr(m, "_spans", None)
+    return spans if spans is not None else [m.span(i) for i in range(m.re.groups + 1)]
 
 
 class _Scanner:
@@ -200,6 +218,7 @@ class _Scanner:
         self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen"}
         self.metrics_left = METRIC_VALUES_KEPT
         self.gen_left = GEN_BUDGET
+        self.nonfinite_left = METRIC_VALUES_KEPT
 
     def feed(self, buf: bytes, base_line: int) -> None:
         counted = [0, base_line]  # (position, line number there): line numbers cost O(n) per chunk in all
@@ -213,36 +232,40 @@ class _Scanner:
         scan, pos, gen_done_to = self.scan, 0, 0
         while True:
             judged = pos < gen_done_to and "gen" in self.todo  # in text already judged: look for the rest only
-            wanted = tuple(sorted(self.todo - {"gen"} if judged else self.todo))
-            pattern, names = _alternation(wanted, self.metrics_left > 0)
-            if pattern is None:
-                m = None
-            elif judged:
-                m = pattern.search(buf, pos, min(len(buf), gen_done_to + MAX_TAIL))
+            alt = _alternation(tuple(sorted(self.todo - {"gen"} if judged else self.todo)), self.metrics_left > 0)
+            if alt is None:
+                return
+            if judged:
+                m = alt.pattern.search(buf, pos, min(len(buf), gen_done_to + MAX_TAIL))
                 if m is None or m.start() >= gen_done_to:
                     pos = gen_done_to
                     continue
             else:
-                m = pattern.search(buf, pos)
+                m = alt.pattern.search(buf, pos)
             if m is None:
                 return
             pos = m.start() + 1  # not m.end(): a long match (an exception line) may hold another signature
-            name = next(n for n in names if m.group(_group(n)) is not None)
+            spans = _spans(m)
+            name = next(n for n, i in alt.parts if spans[i][0] != -1)
             if name.startswith("gen:"):
                 gen_done_to = self._generated(buf, m, name[len("gen:") :], hit)
             elif name == "metric":
-                if _is_key(buf, m.start(pattern.groupindex[b"mkey"])):
-                    key = m.group(b"mkey").decode().replace(" ", "_")
-                    scan.metrics.setdefault(key, []).append((float(m.group(b"mval")), hit(m.start(), m.end())))
-                    self.metrics_left -= 1
+                self.metrics_left -= 1  # a rejected one counts too: a log of `val_grad_norm` lines stays cheap
+                key_at = spans[alt.index[b"mkey"]]
+                if _is_key(buf, key_at[0]):
+                    lo, hi = spans[alt.index[b"mval"]]
+                    key = buf[key_at[0] : key_at[1]].decode().replace(" ", "_")
+                    scan.metrics.setdefault(key, []).append((float(buf[lo:hi]), hit(m.start(), m.end())))
             elif name == "nonfinite":
+                self.nonfinite_left -= 1
                 if b"scale" not in m.group(0).lower():  # `loss_scale: inf` is fp16 dynamic loss scaling, not a failure
                     scan.nonfinite = hit(m.start(), m.end())
+                if scan.nonfinite is not None or self.nonfinite_left <= 0:
                     self.todo.discard(name)
             elif name.startswith("fact:"):
                 fact = name[len("fact:") :]
-                value = m.group(("v__" + fact).encode()) if "VALUE" in FACTS[fact] else m.group(0)
-                scan.facts[fact] = value.decode("utf-8", "replace")
+                lo, hi = spans[alt.index[("v__" + fact).encode()]] if "VALUE" in FACTS[fact] else m.span()
+                scan.facts[fact] = buf[lo:hi].decode("utf-8", "replace")
                 self.todo.discard(name)
             else:
                 scan.hits[name] = hit(m.start(), m.end())
