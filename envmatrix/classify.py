@@ -131,6 +131,18 @@ def _nan(f: RunFacts) -> str | None:
     return _log("nan_loss")(f)
 
 
+def _section(f: RunFacts, key: str) -> dict[str, Any]:
+    """A mapping from the probe's result, empty when absent or of another type (results may come from other hosts)."""
+    value = (f.result or {}).get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _samples(f: RunFacts) -> list[str]:
+    """The probe's sample completions as text (result.json `samples`), empty when absent or malformed."""
+    value = (f.result or {}).get("samples")
+    return [str(x) for x in value] if isinstance(value, list) else []
+
+
 def _grad_lost(f: RunFacts) -> str | None:
     params = (f.result or {}).get("params") or {}
     with_grad, total = params.get("with_grad"), params.get("trainable")
@@ -149,8 +161,7 @@ def _garbled(f: RunFacts) -> str | None:
             f"rel err {parity.get('rel_err'):.3g} > tolerance {parity.get('tolerance'):.3g} "
             f"(same-dtype eager {parity.get('baseline_rel_err'):.3g})"
         )
-    samples = [str(x) for x in (f.result or {}).get("samples") or []]
-    for i, text in enumerate(samples):
+    for i, text in enumerate(_samples(f)):
         judged = garbled(text)
         if judged is not None:
             return f"probe sample {i}: {judged.reason}: {text[:160]}"
@@ -274,11 +285,10 @@ SAFE_CUBLAS = ((12, 3, 4, 1), (12, 4, 5, 8))
 def remedy(outcome: str, facts: RunFacts, also: tuple[str, ...] = ()) -> str:
     """The remedy for the cause the evidence shows (probe options and versions, facts read from the log);
     REMEDIES[outcome] where the evidence shows no more than the class."""
-    opts = (facts.result or {}).get("options") or {}
-    env = (facts.result or {}).get("env") or {}
+    opts, env = _section(facts, "options"), _section(facts, "env")
     seen = facts.scan.facts
     if outcome == "zero_grad":
-        if "garbled_output" in also or any(garbled(str(x)) for x in (facts.result or {}).get("samples") or []):
+        if "garbled_output" in also or any(garbled(x) for x in _samples(facts)):
             return "the completions are garbled, so every group's rewards tie and every advantage is 0: fix attention first: " + REMEDIES["garbled_output"]
         temperature = _number(opts.get("temperature", seen.get("temperature")))
         top_p = _number(opts.get("top_p", seen.get("top_p")))

@@ -150,3 +150,8 @@ def test_sigfpe_with_an_old_cublas_names_the_version() -> None:
     v = verdict(log)
     assert v.outcome == "sigfpe" and "cuBLAS 12.1.3.1 is loaded" in v.remedy
     assert verdict("nvidia-cublas-cu12==12.4.5.8\nCaught signal 8 (x)\n").remedy == REMEDIES["sigfpe"]
+
+
+def test_malformed_probe_fields_are_ignored() -> None:
+    bad = {"finished": True, "steps_completed": 2, "samples": 5, "options": "temperature=0", "env": ["x"]}
+    assert classify(RunFacts(result=bad, metrics=({"step": 1, "grad_norm": 0.3},), exit_code=0)).outcome == "ok"
