@@ -48,6 +48,7 @@ SIGNATURES: dict[str, str] = {
     "import_abi:glibc": r"GLIBC_[0-9.]+'?\s+not found",
     "import_abi:glibcxx": r"GLIBCXX_[0-9.]+'?\s+not found",
     "import_abi:cxxabi": r"CXXABI_[0-9.]+'?\s+not found",
+    "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
     "import_abi:wrapped": r"Failed to import transformers\.[\w.]+ because of the following error",
     "driver_too_old:old": r"NVIDIA driver on your system is too old",
     "driver_too_old:insufficient": r"(?i:CUDA driver version is insufficient)",
@@ -58,6 +59,8 @@ SIGNATURES: dict[str, str] = {
     "unsupported_gpu:is_sm": r"Expected (?:is_sm\w+(?: \|\| )?)+ to be true, but got false",
     "unsupported_gpu:kernel": r"no kernel image is available for execution on the device",
     "unsupported_gpu:sm": r"is not compatible with the current PyTorch installation",
+    "unsupported_gpu:too_old": r"PyTorch no longer supports this GPU because it is too old",
+    "unsupported_gpu:enum": r"cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU",
     "oom:cuda": r"CUDA out of memory",
     "oom:error": r"OutOfMemoryError",
     "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
@@ -72,6 +75,7 @@ SIGNATURES: dict[str, str] = {
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
+    "nan_loss:phrase": r"(?i:\bloss\s+(?:is|became|becomes|was|went)\s+(?:nan|inf)\b)",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
     "nccl_error:watchdog": r"Watchdog caught collective operation timeout",
     "nccl_error:error": r"NCCL error in:",
@@ -79,12 +83,17 @@ SIGNATURES: dict[str, str] = {
     "nccl_error:system": r"ncclSystemError",
     "nccl_error:internal": r"ncclInternalError",
     "nccl_error:aborted": r"NCCL communicator was aborted",
+    "nccl_error:stuck": r"ProcessGroupNCCL's watchdog got stuck",
+    "nccl_error:failed": r"Some NCCL operations have failed or timed out",
+    "nccl_error:numbered": r"NCCL Error \d+:",
+    "nccl_error:remote": r"ncclRemoteError",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     "crash:segv": r"Segmentation fault",
     "crash:bus": r"Bus error",
+    "crash:killed": r"(?m)(?:^|\d[ \t]+)Killed(?:[ \t]|$)",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
-    "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)"
+    "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
     "error:traceback": r"Traceback \(most recent call last\)",
 }

@@ -155,3 +155,20 @@ def test_sigfpe_with_an_old_cublas_names_the_version() -> None:
 def test_malformed_probe_fields_are_ignored() -> None:
     bad = {"finished": True, "steps_completed": 2, "samples": 5, "options": "temperature=0", "env": ["x"]}
     assert classify(RunFacts(result=bad, metrics=({"step": 1, "grad_norm": 0.3},), exit_code=0)).outcome == "ok"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory", "import_abi"),
+        ("Found GPU0 Tesla K80 which is of cuda capability 3.7. PyTorch no longer supports this GPU because it is too old.", "unsupported_gpu"),
+        ("mmdet - ERROR - loss is nan, stopping training", "nan_loss"),
+        ("[E ProcessGroupNCCL.cpp:1] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels", "nccl_error"),
+        ("RuntimeError: NCCL Error 2: unhandled system error", "nccl_error"),
+        ("[rank0]: ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress", "nccl_error"),
+        ("train.sh: line 3: 4242 Killed                  python train.py", "crash"),
+        ("Exception: the reward function returned None", "error"),
+    ],
+)
+def test_older_and_newer_wordings(line: str, expected: str) -> None:
+    assert verdict(line + "\n").outcome == expected
