@@ -123,6 +123,7 @@ _GEN: dict[str, bytes] = {
     "non_ascii": rb"[^\x00-\x7f]{40}",
 }
 _STRIP = re.compile(rb"\[[^\]\n]{0,80}\]|\r[^\n]{0,400}")
+_LIST_LINE = re.compile(rb"[\s:]*\d+\s*,")  # a line that goes on with a list of numbers
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ class _Alternation:
     index: dict[bytes, int]
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=32)
 def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
     """One RE2 pattern for what is still wanted: unseen signatures and facts, the first non-finite value, metric values,
     generated-text candidates. (google-re2 rebuilds its group table on every name lookup: look up indices once.)"""
@@ -212,6 +213,20 @@ def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
     index: dict[bytes, int] = dict(pattern.groupindex)
     order = tuple(n for n, _ in parts) + (("metric",) if metrics else ())
     return _Alternation(pattern, tuple((n, index[_group(n)]) for n in order), index)
+
+
+def _id_list(buf: bytes, start: int) -> bytes:
+    """An id list from `start`, followed over the wrapped lines that continue it (rank prefixes and \\r-redrawn
+    progress bars removed), up to GEN_REGION bytes: the run of one id may go on over many printed lines."""
+    lines = _STRIP.sub(b" ", _ANSI.sub(b"", buf[start : start + GEN_REGION])).split(b"\n")
+    kept = [lines[0]]
+    for line in lines[1:]:
+        if not line.strip():
+            continue  # a progress bar drawn between two lines of the list
+        if not _LIST_LINE.match(line):
+            break
+        kept.append(line)
+    return b"\n".join(kept)
 
 
 def _spans(m: Any) -> Any:
@@ -286,9 +301,8 @@ class _Scanner:
         lo, hi = _line_bounds(buf, m.start(), m.end())
         if kind == "labelled":
             text = buf[m.end() : hi]
-        elif kind == "ids":  # an id list wrapped over prefixed lines, maybe under a progress bar
-            hi = min(len(buf), m.start() + GEN_REGION)
-            text = _STRIP.sub(b" ", buf[m.start() : hi])
+        elif kind == "ids":
+            text = _id_list(buf, m.start())
         else:
             text = buf[lo:hi]
         verdict = garbled(_ANSI.sub(b"", text).decode("utf-8", "replace"))

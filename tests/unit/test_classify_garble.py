@@ -73,3 +73,10 @@ def test_probe_samples_are_judged_by_the_same_measure() -> None:
     assert v.outcome == "garbled_output" and v.evidence.startswith("probe sample 1: token 'ok'")
     healthy = {**result, "samples": ["'The capital of France is Paris.'", "'Two plus two is four, so the answer is 4.'"]}
     assert classify(RunFacts(result=healthy, metrics=({"step": 1, "grad_norm": 0.5},), exit_code=0)).outcome == "ok"
+
+
+def test_a_healthy_id_list_does_not_hide_the_garbled_text_after_it() -> None:
+    ids = "prompt ids: [" + ", ".join(str(151000 + i) for i in range(40)) + "]\n"
+    log = ids + "INFO step 1\n" + "completion: " + "the " * 40 + "\n{'loss': 0.1, 'grad_norm': 0.4}\n"
+    v = classify(RunFacts(scan=scan_text(log)))
+    assert v.outcome == "garbled_output" and v.evidence.startswith("line 3:"), v
