@@ -279,7 +279,13 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(".") if x.isdigit())
 
 
-SAFE_CUBLAS = ((12, 3, 4, 1), (12, 4, 5, 8))
+#: The first cuBLAS builds without the H20/Hopper GEMM divide-by-zero, per minor line (FACTS §6).
+SAFE_CUBLAS: dict[tuple[int, ...], tuple[int, ...]] = {(12, 3): (12, 3, 4, 1), (12, 4): (12, 4, 5, 8)}
+
+
+def _old_cublas(version: str) -> bool:
+    v = _version(version)
+    return v < SAFE_CUBLAS.get(v[:2], SAFE_CUBLAS[(12, 3)])
 
 
 def remedy(outcome: str, facts: RunFacts, also: tuple[str, ...] = ()) -> str:
@@ -287,9 +293,12 @@ def remedy(outcome: str, facts: RunFacts, also: tuple[str, ...] = ()) -> str:
     REMEDIES[outcome] where the evidence shows no more than the class."""
     opts, env = _section(facts, "options"), _section(facts, "env")
     seen = facts.scan.facts
+    if outcome == "garbled_output" and "zero_grad" in also:
+        return (
+            "the zero gradients follow from the garbled completions (identical nonsense ties every reward, so every advantage is 0): "
+            + REMEDIES["garbled_output"]
+        )
     if outcome == "zero_grad":
-        if "garbled_output" in also or any(garbled(x) for x in _samples(facts)):
-            return "the completions are garbled, so every group's rewards tie and every advantage is 0: fix attention first: " + REMEDIES["garbled_output"]
         temperature = _number(opts.get("temperature", seen.get("temperature")))
         top_p = _number(opts.get("top_p", seen.get("top_p")))
         if (temperature is not None and temperature < 0.3) or (top_p is not None and top_p < 0.5):
@@ -311,7 +320,7 @@ def remedy(outcome: str, facts: RunFacts, also: tuple[str, ...] = ()) -> str:
             return "fp16 overflows here: train in bf16 (or fp32); " + REMEDIES["nan_loss"]
     if outcome == "sigfpe":
         version = str(env.get("cublas") or seen.get("cublas") or "")
-        if version and _version(version) < SAFE_CUBLAS[0]:
+        if version and _old_cublas(version):
             return (
                 f"cuBLAS {version} is loaded, and its GEMM heuristics divide by zero on H20/Hopper: use cuBLAS >= 12.3.4.1 / 12.4.5.8 "
                 "(torch cu124+ wheels) and make sure that library is the one loaded (check LD_LIBRARY_PATH for an older system CUDA)"

@@ -123,13 +123,10 @@ def test_zero_grad_from_near_greedy_sampling_names_the_settings() -> None:
 def test_zero_grad_after_garbled_output_points_at_attention() -> None:
     text = "completion ids: " + ", ".join(["33"] * 30) + "\n{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0}\n"
     v = verdict(text)
-    assert v.outcome == "garbled_output"
-    facts = RunFacts(result={**probe(temperature=1.0), "samples": ["x " * 40]}, metrics=ZERO, exit_code=0)
-    v = classify(facts)
-    assert v.outcome == "garbled_output"  # the root cause wins …
-    from envmatrix.classify import remedy
-
-    assert "attention" in remedy("zero_grad", facts, ("garbled_output",))  # … and zero_grad's remedy names it
+    assert v.outcome == "garbled_output" and "zero_grad" in v.also  # the root cause wins, and the remedy says why
+    assert v.remedy.startswith("the zero gradients follow from the garbled completions") and "sdpa" in v.remedy
+    v = classify(RunFacts(result={**probe(temperature=1.0), "samples": ["x " * 40]}, metrics=ZERO, exit_code=0))
+    assert v.outcome == "garbled_output" and v.remedy.startswith("the zero gradients follow")
 
 
 def test_nan_with_one_generation_says_so() -> None:
@@ -150,6 +147,7 @@ def test_sigfpe_with_an_old_cublas_names_the_version() -> None:
     v = verdict(log)
     assert v.outcome == "sigfpe" and "cuBLAS 12.1.3.1 is loaded" in v.remedy
     assert verdict("nvidia-cublas-cu12==12.4.5.8\nCaught signal 8 (x)\n").remedy == REMEDIES["sigfpe"]
+    assert "cuBLAS 12.4.2.65 is loaded" in verdict("libcublasLt.so.12.4.2.65\nCaught signal 8 (x)\n").remedy
 
 
 def test_malformed_probe_fields_are_ignored() -> None:
