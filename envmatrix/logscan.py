@@ -1,16 +1,17 @@
 """Scan a training log for failure signatures, trainer metrics and generated text, in linear time and bounded memory.
 
-The log is read in 1 MiB chunks of whole lines as bytes and searched with
-Google's RE2 (google-re2): a DFA-based engine whose time is linear in the input whatever the pattern, so
-no line (`\\r`, repeated short tokens, a megabyte without a line end) can make a pattern backtrack. All
-signatures are one alternation, searched in one pass at hundreds of MB/s; a signature leaves the
-alternation once it has been seen (only its first hit is kept), so a log that repeats one error a million
-times costs no more than one that shows it once. Generated-text candidates (id lists, special-token runs,
-long word runs, lines labelled completion/output/…) are a second pass whose hits garble.py measures; at most
-GEN_BUDGET of them per log. ANSI colour codes are removed from the text quoted and judged only (removing them
-from the whole log would halve the speed); the patterns allow them where loggers put them (around a line,
-a level, an exception type), a phrase is matched between them. `\\r`-rewritten progress bars, rank prefixes, non-UTF-8 bytes and
-terminal-wrapped phrases need no special handling: the patterns do not depend on line structure.
+The log is read in 1 MiB chunks of whole lines as bytes and searched with Google's RE2 (google-re2, from
+PyPI): an automaton-based engine whose time is linear in the input whatever the pattern, so no line
+(`\\r`, repeated short tokens, a megabyte without a line end) can make a pattern backtrack; Python's `re`
+with a literal prefilter would keep the backtracking risk in every pattern we add. Everything wanted is one
+alternation searched in one pass (~300 MB/s here): each signature, fact and the first non-finite value
+leave it once seen (only the first hit is kept), metric values after METRIC_VALUES_KEPT matches, and
+generated-text candidates (id lists, special-token runs, word runs, lines labelled completion/output/…,
+measured by garble.py) after GEN_BUDGET: the Python work per log is bounded whatever its size.
+ANSI colour codes are removed only from the text quoted and judged (from the whole log they would halve the
+speed); the patterns allow them where loggers put them (around a line, a level, an exception type).
+`\\r`-redrawn progress bars, rank prefixes, non-UTF-8 bytes and terminal-wrapped phrases need no special
+handling: the patterns do not depend on line structure.
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ SIGNATURES: dict[str, str] = {
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
     "error:traceback": r"Traceback \(most recent call last\)",
 }
-# Also for the evidence: the version of cuBLAS a log shows (names the SIGFPE remedy's cause).
-# The value is the group named VALUE; a fact without one is a presence (the matched text).
+# Facts a remedy names (the cuBLAS version loaded, the sampling and group settings, the model and attention);
+# the value is the group named VALUE, or the matched text for a fact that is a presence.
 FACTS: dict[str, str] = {
     "cublas": r"(?:libcublas(?:Lt)?\.so\.|nvidia-cublas-cu\d+[=\s]+|cuBLAS[ :]+)(?P<VALUE>\d+\.\d+\.\d+(?:\.\d+)?)",
     "num_generations": r"num_generations\W{1,4}(?P<VALUE>\d+)\b",
