@@ -1,5 +1,10 @@
 """Pure classification: everything a run left → one outcome, with its evidence and a remedy.
 
+`ok` needs positive evidence of training: finite, non-zero gradient norms on the first logged steps, or a
+probe result that finished its steps. A run that shows no failure and no such evidence (an empty log,
+only warnings, a clean exit and nothing else) is `inconclusive`, with what is missing as its evidence;
+an unrecognised exception line (`SomethingError: …` at a line start) is `error`, quoting it.
+
 Rules are ordered; the first that fires wins, and the others that fire are kept as `also`. The order
 is deliberate (and tested): a root cause beats its consequences. A SIGFPE that kills rank 1 beats the
 NCCL timeout rank 0 logs next; a NaN loss beats the `probability tensor` crash it causes in `generate`;
@@ -14,12 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .garble import garbled
 from .logscan import LogScan
 from .outcomes import Outcome
 from .records import Verdict
 
 REMEDIES: dict[str, str] = {
     "ok": "nothing to fix: this stack trains cleanly in this scenario",
+    "inconclusive": "nothing shows that training ran: log the first steps' grad_norm (e.g. logging_steps=1) or run the probe, "
+    "and pass the exit status (--exit-code) if the process ended",
     "garbled_output": "install the flash-attn wheel built for this exact torch version, CUDA and C++ ABI "
     "(pip install flash-attn --no-build-isolation), pad on the left for generation, or fall back to sdpa",
     "nan_loss": "use num_generations >= 2 (a group of one has no std); for Gemma-2 use eager attention or flash-attn >= 2.6.3; prefer bf16 over fp16",
@@ -111,6 +119,18 @@ def _nan(f: RunFacts) -> str | None:
     return _log("nan_loss")(f)
 
 
+def _section(f: RunFacts, key: str) -> dict[str, Any]:
+    """A mapping from the probe's result, empty when absent or of another type (results may come from other hosts)."""
+    value = (f.result or {}).get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _samples(f: RunFacts) -> list[str]:
+    """The probe's sample completions as text (result.json `samples`), empty when absent or malformed."""
+    value = (f.result or {}).get("samples")
+    return [str(x) for x in value] if isinstance(value, list) else []
+
+
 def _grad_lost(f: RunFacts) -> str | None:
     params = (f.result or {}).get("params") or {}
     with_grad, total = params.get("with_grad"), params.get("trainable")
@@ -129,6 +149,13 @@ def _garbled(f: RunFacts) -> str | None:
             f"rel err {parity.get('rel_err'):.3g} > tolerance {parity.get('tolerance'):.3g} "
             f"(same-dtype eager {parity.get('baseline_rel_err'):.3g})"
         )
+    for i, text in enumerate(_samples(f)):
+        judged = garbled(text)
+        if judged is not None:
+            return f"probe sample {i}: {judged.reason}: {text[:160]}"
+    if f.scan.garbled is not None:
+        hit, reason = f.scan.garbled
+        return f"{hit.quote()} ({reason})"
     return _log("garbled_output")(f)
 
 
@@ -167,12 +194,12 @@ def _error(f: RunFacts) -> str | None:
     if res.get("error"):
         err = res["error"]
         return f"probe raised {err.get('type')} during {err.get('stage')}: {str(err.get('message'))[:300]}"
+    hit = f.scan.hits.get("error:line") or f.scan.first("error")
     if f.exit_code not in (None, 0):
-        hit = f.scan.first("error")
         return f"exit status {f.exit_code}" + (f"; {hit.quote()}" if hit else "")
     if res and not res.get("finished", True):
         return f"probe did not finish (stage {res.get('stage')}) and left no error"
-    return _log("error")(f)
+    return hit.quote() if hit else None
 
 
 def _build(f: RunFacts) -> str | None:
@@ -198,34 +225,108 @@ RULES: tuple[tuple[str, Rule], ...] = (
 )
 
 
-def _ok_evidence(f: RunFacts) -> str:
+def _ok_evidence(f: RunFacts) -> str | None:
+    """Positive evidence that training ran, or None: a finished probe result, or non-zero finite early gradients."""
     res = f.result
-    if not res:
-        norms = [v for v, _ in f.scan.metrics.get("grad_norm", [])]
+    if res and res.get("finished") and (res.get("steps_completed") or 0) > 0:
+        parts = [f"finished {res.get('steps_completed')} steps"]
+        norms = [m["grad_norm"] for m in f.metrics if isinstance(m.get("grad_norm"), (int, float))]
         if norms:
-            return f"no failure signature; grad_norm {norms[0]:.3g} > 0 on the first logged step"
-        return "no failure signature in the log and a clean exit"
-    parts = [f"finished {res.get('steps_completed')} steps"]
-    norms = [m["grad_norm"] for m in f.metrics if isinstance(m.get("grad_norm"), (int, float))]
-    if norms:
-        parts.append(f"grad_norm {norms[0]:.3g} > 0")
-    params = res.get("params") or {}
-    if params:
-        parts.append(f"{params.get('changed')}/{params.get('trainable')} trainable parameters changed")
-    parity = res.get("parity") or {}
-    if parity:
-        parts.append(f"parity rel err {parity.get('rel_err'):.2g} within {parity.get('tolerance'):.2g}")
-    return "; ".join(parts)
+            parts.append(f"grad_norm {norms[0]:.3g} > 0")
+        params = res.get("params") or {}
+        if params:
+            parts.append(f"{params.get('changed')}/{params.get('trainable')} trainable parameters changed")
+        parity = res.get("parity") or {}
+        if parity:
+            parts.append(f"parity rel err {parity.get('rel_err'):.2g} within {parity.get('tolerance'):.2g}")
+        return "; ".join(parts)
+    early = [(v, hit) for v, hit in f.scan.metrics.get("grad_norm", [])][:FIRST_STEPS]
+    if early and all(math.isfinite(v) for v, _ in early) and any(v != 0 for v, _ in early):
+        value, hit = next((v, h) for v, h in early if v != 0)
+        return f"no failure signature; grad_norm {value:.3g} > 0 on an early logged step ({hit.quote()})"
+    return None
+
+
+def _missing(f: RunFacts) -> str:
+    """What an `inconclusive` verdict lacks, in the terms of the evidence `ok` needs."""
+    res = f.result
+    if res and not (res.get("steps_completed") or 0):
+        return "no failure signature, but the probe result shows no completed step"
+    seen = f"{f.scan.lines} log lines" + (f", exit status {f.exit_code}" if f.exit_code is not None else ", no exit status")
+    return f"no failure signature, and no evidence of training: no grad_norm on the first logged steps and no finished probe result ({seen})"
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(".") if x.isdigit())
+
+
+#: The first cuBLAS builds without the H20/Hopper GEMM divide-by-zero, per minor line (FACTS §6).
+SAFE_CUBLAS: dict[tuple[int, ...], tuple[int, ...]] = {(12, 3): (12, 3, 4, 1), (12, 4): (12, 4, 5, 8)}
+
+
+def _old_cublas(version: str) -> bool:
+    v = _version(version)
+    return v < SAFE_CUBLAS.get(v[:2], SAFE_CUBLAS[(12, 3)])
+
+
+def remedy(outcome: str, facts: RunFacts, also: tuple[str, ...] = ()) -> str:
+    """The remedy for the cause the evidence shows (probe options and versions, facts read from the log);
+    REMEDIES[outcome] where the evidence shows no more than the class."""
+    opts, env = _section(facts, "options"), _section(facts, "env")
+    seen = facts.scan.facts
+    if outcome == "garbled_output" and "zero_grad" in also:
+        return (
+            "the zero gradients follow from the garbled completions (identical nonsense ties every reward, so every advantage is 0): "
+            + REMEDIES["garbled_output"]
+        )
+    if outcome == "zero_grad":
+        temperature = _number(opts.get("temperature", seen.get("temperature")))
+        top_p = _number(opts.get("top_p", seen.get("top_p")))
+        if (temperature is not None and temperature < 0.3) or (top_p is not None and top_p < 0.5):
+            return (
+                f"sampling is near-greedy (temperature {temperature}, top_p {top_p}): a group's completions are identical, "
+                "so every advantage is 0; sample with temperature ~1.0 and top_p 0.8-1.0, and do not let the model's "
+                "generation_config override the trainer's sampling settings"
+            )
+    if outcome == "nan_loss":
+        generations = _number(opts.get("num_generations", seen.get("num_generations")))
+        if generations == 1 or "nan_loss:dof" in facts.scan.hits:
+            return "num_generations is 1: a group of one completion has no standard deviation, so the advantages are NaN; use num_generations >= 2"
+        model = f"{opts.get('model') or ''} {seen.get('gemma2', '')}".lower().replace("-", "")
+        flash = "flash" in str(opts.get("attn") or "") or "flash_attn" in seen or bool(env.get("flash_attn"))
+        if "gemma2" in model and flash:
+            found = f" (flash-attn {env['flash_attn']} is installed)" if env.get("flash_attn") else ""
+            return f"Gemma-2 with flash-attn{found}: use flash-attn >= 2.6.3, the first release with softcap in the backward pass, or eager attention"
+        if opts.get("dtype") == "fp16":
+            return "fp16 overflows here: train in bf16 (or fp32); " + REMEDIES["nan_loss"]
+    if outcome == "sigfpe":
+        version = str(env.get("cublas") or seen.get("cublas") or "")
+        if version and _old_cublas(version):
+            return (
+                f"cuBLAS {version} is loaded, and its GEMM heuristics divide by zero on H20/Hopper: use cuBLAS >= 12.3.4.1 / 12.4.5.8 "
+                "(torch cu124+ wheels) and make sure that library is the one loaded (check LD_LIBRARY_PATH for an older system CUDA)"
+            )
+    return REMEDIES[outcome]
 
 
 def classify(facts: RunFacts) -> Verdict:
     """The first rule that fires decides; every other rule that fires is listed in `also`."""
     fired = [(name, evidence) for name, rule in RULES if (evidence := rule(facts))]
     if not fired:
-        return Verdict("ok", _ok_evidence(facts), REMEDIES["ok"], "ok")
+        evidence = _ok_evidence(facts)
+        if evidence is None:
+            return Verdict("inconclusive", _missing(facts), REMEDIES["inconclusive"], "inconclusive")
+        return Verdict("ok", evidence, REMEDIES["ok"], "ok")
     name, evidence = fired[0]
     also = tuple(dict.fromkeys(n for n, _ in fired[1:] if n not in (name, "error")))
-    return Verdict(name, evidence, REMEDIES[name], name, also)
+    return Verdict(name, evidence, remedy(name, facts, also), name, also)
 
 
 def control_status(expect: str | None, outcome: str) -> str | None:

@@ -1,27 +1,44 @@
-"""Scan a training log for failure signatures and trainer metrics, in bounded memory and time.
+"""Scan a training log for failure signatures, trainer metrics and generated text, in linear time and bounded memory.
 
-The log is read in 1 MiB chunks of whole lines as bytes, ANSI colour codes removed, and searched
-with one compiled pattern per job (C speed). Only the lines that match are decoded, so a 1 GB log
-costs seconds and a few MiB. `\\r`-rewritten progress bars, rank prefixes, non-UTF-8 bytes and
-terminal-wrapped dicts need no special handling: the patterns do not depend on line structure.
+The log is read in 1 MiB chunks of whole lines as bytes and searched with Google's RE2 (google-re2, from
+PyPI): an automaton-based engine whose time is linear in the input whatever the pattern, so no line
+(`\\r`, repeated short tokens, a megabyte without a line end) can make a pattern backtrack; Python's `re`
+with a literal prefilter would keep the backtracking risk in every pattern we add. Everything wanted is one
+alternation searched in one pass (~300 MB/s here): each signature, fact and the first non-finite value
+leave it once seen (only the first hit is kept), metric values after METRIC_VALUES_KEPT matches, and
+generated-text candidates (id lists, special-token runs, word runs, lines labelled completion/output/…,
+measured by garble.py) after GEN_BUDGET: the Python work per log is bounded whatever its size.
+ANSI colour codes are removed only from the text quoted and judged (from the whole log they would halve the
+speed); the patterns allow them where loggers put them (around a line, a level, an exception type).
+`\\r`-redrawn progress bars, rank prefixes, non-UTF-8 bytes and terminal-wrapped phrases need no special
+handling: the patterns do not depend on line structure.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from functools import lru_cache
+from typing import Any, BinaryIO
+
+import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
+
+from .garble import garbled
 
 CHUNK = 1 << 20
 MAX_LINE = 1 << 16  # a "line" longer than this is cut when quoted as evidence
 EVIDENCE_CHARS = 400
 METRIC_VALUES_KEPT = 64
+GEN_BUDGET = 4096  # generated-text candidates measured per log
+GEN_REGION = 1 << 14  # bytes of an id list followed across wrapped, prefixed lines
+MAX_TAIL = 1 << 12  # how far past judged text a signature that starts inside it may reach
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_ANSI_END = re.compile(rb"\x1b\[[0-9;]*m$")
 
-# name → pattern; names are `<outcome>:<variant>`, the most decisive variant of an outcome first (its
-# hit is the evidence quoted). Case matters: `--fault sigfpe` in a command line is not a SIGFPE.
-# Phrases allow any white space (terminal wrapping) between words.
+# name → pattern (RE2 syntax); names are `<outcome>:<variant>`, the most decisive variant of an outcome first
+# (its hit is the evidence quoted). Variants cover the wordings of several releases and frameworks.
+# Case matters: `--fault sigfpe` in a command line is not a SIGFPE. `\s` between words: terminal wrapping.
 SIGNATURES: dict[str, str] = {
     "sigfpe:ucx": r"Caught signal 8\b",
     "sigfpe:elastic": r"Signal 8 \(SIGFPE\)",
@@ -32,14 +49,25 @@ SIGNATURES: dict[str, str] = {
     "import_abi:glibc": r"GLIBC_[0-9.]+'?\s+not found",
     "import_abi:glibcxx": r"GLIBCXX_[0-9.]+'?\s+not found",
     "import_abi:cxxabi": r"CXXABI_[0-9.]+'?\s+not found",
+    "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
     "import_abi:wrapped": r"Failed to import transformers\.[\w.]+ because of the following error",
     "driver_too_old:old": r"NVIDIA driver on your system is too old",
-    "driver_too_old:insufficient": r"CUDA driver version is insufficient",
-    "unsupported_gpu:fa2": r"FlashAttention only supports Ampere GPUs or newer",
+    "driver_too_old:insufficient": r"(?i:CUDA driver version is insufficient)",
+    "driver_too_old:enum": r"cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+    "unsupported_gpu:fa2": r"FlashAttention only supports (?:Ampere|Turing) GPUs or newer",
+    "unsupported_gpu:head_dim": r"FlashAttention\s+(?:backward|forward)?\s*for\s+head\s*dim\s*\S+\s+(?:\d+\s+)?requires",
+    "unsupported_gpu:datacenter": r"requires\s+(?:an?\s+)?A100(?:/A800)?\s+or\s+H100",
+    "unsupported_gpu:is_sm": r"Expected (?:is_sm\w+(?: \|\| )?)+ to be true, but got false",
     "unsupported_gpu:kernel": r"no kernel image is available for execution on the device",
     "unsupported_gpu:sm": r"is not compatible with the current PyTorch installation",
+    "unsupported_gpu:too_old": r"PyTorch no longer supports this GPU because it is too old",
+    "unsupported_gpu:enum": r"cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU",
     "oom:cuda": r"CUDA out of memory",
     "oom:error": r"OutOfMemoryError",
+    "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
+    "oom:runtime": r"(?i:cuda(?: runtime)? error(?: \(2\))?\s*:\s*out of memory)",
+    "oom:enum": r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|CUBLAS_STATUS_ALLOC_FAILED",
+    "oom:xla": r"RESOURCE_EXHAUSTED|ResourceExhaustedError|OOM when allocating tensor",
     "oom:cpu": r"DefaultCPUAllocator: can't allocate memory",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
@@ -48,9 +76,7 @@ SIGNATURES: dict[str, str] = {
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
-    # one token id repeated: a printed list, maybe wrapped over lines that carry rank/log prefixes or
-    # are interleaved with another rank's \r-redrawn progress bar
-    "garbled_output:repeat": r", (?P<tok>\d\d+)(?:,(?:\s|\[[^\]\n]{0,80}\]|:|\r[^\n]*)*(?P=tok)\b){15,}",
+    "nan_loss:phrase": r"(?i:\bloss\s+(?:is|became|becomes|was|went)\s+(?:nan|inf)\b)",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
     "nccl_error:watchdog": r"Watchdog caught collective operation timeout",
     "nccl_error:error": r"NCCL error in:",
@@ -58,20 +84,47 @@ SIGNATURES: dict[str, str] = {
     "nccl_error:system": r"ncclSystemError",
     "nccl_error:internal": r"ncclInternalError",
     "nccl_error:aborted": r"NCCL communicator was aborted",
+    "nccl_error:stuck": r"ProcessGroupNCCL's watchdog got stuck",
+    "nccl_error:failed": r"Some NCCL operations have failed or timed out",
+    "nccl_error:numbered": r"NCCL Error \d+:",
+    "nccl_error:remote": r"ncclRemoteError",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     "crash:segv": r"Segmentation fault",
     "crash:bus": r"Bus error",
+    "crash:killed": r"(?m)(?:^|\d[ \t]+)Killed(?:[ \t]|$)",
+    # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
+    "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
+    r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
     "error:traceback": r"Traceback \(most recent call last\)",
 }
+# Facts a remedy names (the cuBLAS version loaded, the sampling and group settings, the model and attention);
+# the value is the group named VALUE, or the matched text for a fact that is a presence.
+FACTS: dict[str, str] = {
+    "cublas": r"(?:libcublas(?:Lt)?\.so\.|nvidia-cublas-cu\d+[=\s]+|cuBLAS[ :]+)(?P<VALUE>\d+\.\d+\.\d+(?:\.\d+)?)",
+    "num_generations": r"num_generations\W{1,4}(?P<VALUE>\d+)\b",
+    "temperature": r"\btemperature\W{1,4}(?P<VALUE>\d+(?:\.\d+)?)",
+    "top_p": r"\btop_p\W{1,4}(?P<VALUE>\d+(?:\.\d+)?)",
+    "gemma2": r"(?i:gemma-?2)",
+    "flash_attn": r"(?i:flash_attention_2|flash[-_]attn)",
+}
 
-# One pattern per signature, each opening with a literal: the regex engine then skips ahead with a
-# fast literal search. (One big alternation is tried at every byte: 2 MiB/s instead of hundreds.)
-_SIGS = [(name, re.compile(p.encode())) for name, p in SIGNATURES.items()]
-
-_SEP = rb"['\"]?\s*(?:[:=]\s*|\s+)['\"]?"
-_METRIC = re.compile(rb"(loss|grad_norm|reward_std|frac_reward_zero_std)" + _SEP + rb"(-?(?:[nN]a[nN]|[iI]nf|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))\b")
-_NONFINITE = [re.compile(key + _SEP + rb"-?(?:[nN]a[nN]|[iI]nf)\b") for key in (rb"loss", rb"grad_norm")]
+_KEYCH = rb"[\w./-]"
+_SEP = rb"['\"]?(?:\s*[:=]\s*|[ \t]+)['\"]?(?:tensor\()?"
+# a metric a rule judges, under any prefix (`actor/grad_norm`, `train/loss`) or spelling (`grad norm`)
+_METRIC = rb"(?P<metric>(?P<mkey>grad[ _]norm|reward_std|frac_reward_zero_std)" + _SEP + rb"(?P<mval>-?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)))"
+# any loss or gradient norm, however named (`critic/vf_loss:nan`, `'policy_loss': nan`, `loss=tensor(nan`)
+_NONFINITE = _KEYCH + rb"*(?i:loss|grad[ _]norm)" + _KEYCH + rb"*" + _SEP + rb"-?(?i:nan|inf(?:inity)?)\b"
+_GEN: dict[str, bytes] = {
+    "labelled": rb"(?i:\b(?:completions?|generations?|generated(?:_text)?|outputs?|responses?|predictions?|preds?|samples?|answers?|decoded)\b['\"]?\s*[:=])",
+    "special_run": rb"(?:<\|?[\w.-]{1,30}\|?>(?:\\n|\s){0,4}){8}",
+    "ids": rb"(?:\d+,(?:\s|\[[^\]\n]*\]|:|\x1b\[[0-9;]*m)*){9}\d",
+    "word_run": rb"(?:[A-Za-z]+[^\w\n]{1,3}){24}",
+    "char_run": rb"0{24}|1{24}|2{24}|3{24}|4{24}|5{24}|6{24}|7{24}|8{24}|9{24}",
+    "non_ascii": rb"[^\x00-\x7f]{40}",
+}
+_STRIP = re.compile(rb"\[[^\]\n]{0,80}\]|\r[^\n]{0,400}")
+_LIST_LINE = re.compile(rb"[\s:]*\d+\s*,")  # a line that goes on with a list of numbers
 
 
 @dataclass(frozen=True)
@@ -88,12 +141,13 @@ class Hit:
 
 @dataclass
 class LogScan:
-    """What a log showed: first hit per signature (and counts), early metric values, first non-finite metric."""
+    """What a log showed: first hit per signature, early metric values, first non-finite metric, garbled text, facts."""
 
     hits: dict[str, Hit] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, list[tuple[float, Hit]]] = field(default_factory=dict)
     nonfinite: Hit | None = None
+    garbled: tuple[Hit, str] | None = None
+    facts: dict[str, str] = field(default_factory=dict)
     lines: int = 0
     size: int = 0
 
@@ -110,52 +164,154 @@ class LogScan:
 
 
 def _is_key(buf: bytes, start: int) -> bool:
-    """A metric name stands alone (`'loss'`, ` loss`), not inside another (`val_loss`, `loss/x`)."""
+    """A metric name stands alone (`'grad_norm'`, after a colour code), not inside another (`val_grad_norm`); `a/grad_norm` is a namespace."""
     before = buf[start - 1 : start]
-    return not before or not (before.isalnum() or before in (b"_", b"/"))
+    return not before or not (before.isalnum() or before == b"_") or _ANSI_END.search(buf, max(0, start - 16), start) is not None
+
+
+def _line_bounds(buf: bytes, start: int, end: int) -> tuple[int, int]:
+    lo = max(buf.rfind(b"\n", 0, start), buf.rfind(b"\r", 0, start)) + 1
+    his = [h for h in (buf.find(b"\n", end), buf.find(b"\r", end)) if h != -1]
+    hi = min(his) if his else len(buf)
+    return max(lo, start - MAX_LINE), min(hi, end + MAX_LINE)
 
 
 def _line_at(buf: bytes, start: int, end: int) -> str:
     """The text of the line (or \\r-segment) around buf[start:end], cleaned and shortened."""
-    lo = max(buf.rfind(b"\n", 0, start), buf.rfind(b"\r", 0, start)) + 1
-    hi_n, hi_r = buf.find(b"\n", end), buf.find(b"\r", end)
-    his = [h for h in (hi_n, hi_r) if h != -1]
-    hi = min(his) if his else len(buf)
-    lo = max(lo, start - MAX_LINE)
-    hi = min(hi, end + MAX_LINE)
-    text = buf[lo:hi].decode("utf-8", "replace").strip()
+    lo, hi = _line_bounds(buf, start, end)
+    text = _ANSI.sub(b"", buf[lo:hi]).decode("utf-8", "replace").strip()
     return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
+
+
+def _group(name: str) -> bytes:
+    """An RE2 group name for a signature (a bytes pattern names its groups in bytes)."""
+    return name.replace(":", "__").encode()
+
+
+@dataclass(frozen=True)
+class _Alternation:
+    """A compiled alternation and where its parts are: (name, group index) in order, and the metric's groups."""
+
+    pattern: Any
+    parts: tuple[tuple[str, int], ...]
+    index: dict[bytes, int]
+
+
+@lru_cache(maxsize=32)
+def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
+    """One RE2 pattern for what is still wanted: unseen signatures and facts, the first non-finite value, metric values,
+    generated-text candidates. (google-re2 rebuilds its group table on every name lookup: look up indices once.)"""
+    parts: list[tuple[str, bytes]] = [(n, p.encode()) for n, p in SIGNATURES.items() if n in names]
+    parts += [("fact:" + n, p.replace("VALUE", "v__" + n).encode()) for n, p in FACTS.items() if "fact:" + n in names]
+    if "nonfinite" in names:
+        parts.append(("nonfinite", _NONFINITE))
+    if "gen" in names:
+        parts += [("gen:" + k, v) for k, v in _GEN.items()]
+    if not parts and not metrics:
+        return None
+    body = [b"(?P<%s>%s)" % (_group(n), p) for n, p in parts] + ([_METRIC] if metrics else [])
+    pattern = re2.compile(b"|".join(body))
+    index: dict[bytes, int] = dict(pattern.groupindex)
+    order = tuple(n for n, _ in parts) + (("metric",) if metrics else ())
+    return _Alternation(pattern, tuple((n, index[_group(n)]) for n in order), index)
+
+
+def _id_list(buf: bytes, start: int) -> bytes:
+    """An id list from `start`, followed over the wrapped lines that continue it (rank prefixes and \\r-redrawn
+    progress bars removed), up to GEN_REGION bytes: the run of one id may go on over many printed lines."""
+    lines = _STRIP.sub(b" ", _ANSI.sub(b"", buf[start : start + GEN_REGION])).split(b"\n")
+    kept = [lines[0]]
+    for line in lines[1:]:
+        if not line.strip():
+            continue  # a progress bar drawn between two lines of the list
+        if not _LIST_LINE.match(line):
+            break
+        kept.append(line)
+    return b"\n".join(kept)
+
+
+def _spans(m: Any) -> Any:
+    """Every group's (start, end), (-1, -1) where it did not take part. google-re2's Match keeps them in `_spans`;
+    its public span(i) re-counts the pattern's groups on each call, 50 times slower over an alternation."""
+    spans = getattr(m, "_spans", None)
+    return spans if spans is not None else [m.span(i) for i in range(m.re.groups + 1)]
 
 
 class _Scanner:
     def __init__(self) -> None:
         self.scan = LogScan()
-        self.metrics_done = False
+        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen"}
+        self.metrics_left = METRIC_VALUES_KEPT
+        self.gen_left = GEN_BUDGET
+        self.nonfinite_left = METRIC_VALUES_KEPT
 
     def feed(self, buf: bytes, base_line: int) -> None:
-        scan = self.scan
+        counted = [0, base_line]  # (position, line number there): line numbers cost O(n) per chunk in all
 
-        def hit(m: re.Match[bytes]) -> Hit:
-            return Hit(base_line + buf.count(b"\n", 0, m.start()) + 1, _line_at(buf, m.start(), m.end()))
+        def hit(start: int, end: int) -> Hit:
+            pos, line = counted
+            line += buf.count(b"\n", pos, start)
+            counted[:] = [start, line]
+            return Hit(line + 1, _line_at(buf, start, end))
 
-        for name, pattern in _SIGS:
-            for m in pattern.finditer(buf):
-                scan.counts[name] = scan.counts.get(name, 0) + 1
-                if name not in scan.hits:
-                    scan.hits[name] = hit(m)
-        if scan.nonfinite is None:
-            found = [m for m in (p.search(buf) for p in _NONFINITE) if m is not None and _is_key(buf, m.start())]
-            if found:
-                scan.nonfinite = hit(min(found, key=lambda m: m.start()))
-        if not self.metrics_done:
-            for m in _METRIC.finditer(buf):
-                if not _is_key(buf, m.start()):
+        scan, pos, gen_done_to = self.scan, 0, 0
+        while True:
+            judged = pos < gen_done_to and "gen" in self.todo  # in text already judged: look for the rest only
+            alt = _alternation(tuple(sorted(self.todo - {"gen"} if judged else self.todo)), self.metrics_left > 0)
+            if alt is None:
+                return
+            if judged:
+                m = alt.pattern.search(buf, pos, min(len(buf), gen_done_to + MAX_TAIL))
+                if m is None or m.start() >= gen_done_to:
+                    pos = gen_done_to
                     continue
-                kept = scan.metrics.setdefault(m.group(1).decode(), [])
-                kept.append((float(m.group(2)), hit(m)))
-                if len(kept) >= METRIC_VALUES_KEPT:  # the early steps are what the rules judge
-                    self.metrics_done = True
-                    break
+            else:
+                m = alt.pattern.search(buf, pos)
+            if m is None:
+                return
+            pos = m.start() + 1  # not m.end(): a long match (an exception line) may hold another signature
+            spans = _spans(m)
+            name = next(n for n, i in alt.parts if spans[i][0] != -1)
+            if name.startswith("gen:"):
+                gen_done_to = self._generated(buf, m, name[len("gen:") :], hit)
+            elif name == "metric":
+                self.metrics_left -= 1  # a rejected one counts too: a log of `val_grad_norm` lines stays cheap
+                key_at = spans[alt.index[b"mkey"]]
+                if _is_key(buf, key_at[0]):
+                    lo, hi = spans[alt.index[b"mval"]]
+                    key = buf[key_at[0] : key_at[1]].decode().replace(" ", "_")
+                    scan.metrics.setdefault(key, []).append((float(buf[lo:hi]), hit(m.start(), m.end())))
+            elif name == "nonfinite":
+                self.nonfinite_left -= 1
+                if b"scale" not in m.group(0).lower():  # `loss_scale: inf` is fp16 dynamic loss scaling, not a failure
+                    scan.nonfinite = hit(m.start(), m.end())
+                if scan.nonfinite is not None or self.nonfinite_left <= 0:
+                    self.todo.discard(name)
+            elif name.startswith("fact:"):
+                fact = name[len("fact:") :]
+                lo, hi = spans[alt.index[("v__" + fact).encode()]] if "VALUE" in FACTS[fact] else m.span()
+                scan.facts[fact] = buf[lo:hi].decode("utf-8", "replace")
+                self.todo.discard(name)
+            else:
+                scan.hits[name] = hit(m.start(), m.end())
+                self.todo.discard(name)
+
+    def _generated(self, buf: bytes, m: Any, kind: str, hit: Any) -> int:
+        """Judge the text around a generated-text candidate; returns where the text judged ends."""
+        self.gen_left -= 1
+        lo, hi = _line_bounds(buf, m.start(), m.end())
+        if kind == "labelled":
+            text = buf[m.end() : hi]
+        elif kind == "ids":
+            text = _id_list(buf, m.start())
+        else:
+            text = buf[lo:hi]
+        verdict = garbled(_ANSI.sub(b"", text).decode("utf-8", "replace"))
+        if verdict is not None:
+            self.scan.garbled = (hit(m.start(), m.end()), verdict.reason)
+        if verdict is not None or self.gen_left <= 0:
+            self.todo.discard("gen")
+        return hi
 
 
 def scan_stream(stream: BinaryIO) -> LogScan:
@@ -179,7 +335,7 @@ def scan_stream(stream: BinaryIO) -> LogScan:
                 if len(buf) < CHUNK + MAX_LINE:
                     continue  # no line end yet: wait for more, within bounds
                 cut = len(buf)  # one enormous line: search it as it is
-        whole, buf = _ANSI.sub(b"", buf[:cut]), buf[cut:]
+        whole, buf = buf[:cut], buf[cut:]
         if whole:
             scanner.feed(whole, line_no)
             line_no += whole.count(b"\n") + (0 if whole.endswith(b"\n") or block else 1)

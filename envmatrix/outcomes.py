@@ -9,6 +9,7 @@ class Outcome(str, Enum):
     """What a cell's run showed. Order is not precedence: classify.py owns precedence."""
 
     OK = "ok"
+    INCONCLUSIVE = "inconclusive"
     GARBLED_OUTPUT = "garbled_output"
     NAN_LOSS = "nan_loss"
     ZERO_GRAD = "zero_grad"
@@ -30,15 +31,18 @@ class Outcome(str, Enum):
 
 OUTCOME_NAMES: tuple[str, ...] = tuple(o.value for o in Outcome)
 
-#: How the terminal and the HTML show an outcome beside its name (every failure class: ✗).
-GLYPHS: dict[str, str] = {"ok": "✓", "skipped": "·"}
+#: How the terminal and the HTML show an outcome beside its name (every failure class: ✗). `inconclusive`: no
+#: failure seen, but no evidence of training either (an empty log, only warnings): never shown as ok.
+GLYPHS: dict[str, str] = {"ok": "✓", "skipped": "·", "inconclusive": "?"}
 FAILURE_GLYPH = "✗"
 
 
 def glyph(outcome: str) -> str:
-    """The glyph for an outcome: ✓ ok, · skipped, ✗ any failure class."""
+    """The glyph for an outcome: ✓ ok, · skipped, ? inconclusive, ✗ any failure class."""
     return GLYPHS.get(outcome, FAILURE_GLYPH)
 
 
 #: Outcomes a control may declare with `expect:`; the rest are not failure modes a probe can provoke.
-EXPECTABLE: tuple[str, ...] = tuple(o.value for o in Outcome if o not in (Outcome.OK, Outcome.SKIPPED, Outcome.BUILD_FAILED, Outcome.WRONG_GPU))
+EXPECTABLE: tuple[str, ...] = tuple(
+    o.value for o in Outcome if o not in (Outcome.OK, Outcome.INCONCLUSIVE, Outcome.SKIPPED, Outcome.BUILD_FAILED, Outcome.WRONG_GPU)
+)

@@ -44,6 +44,7 @@ CLASS_COLOURS = {
     "crash": "#a40e26",
     "error": "#57606a",
     "wrong_gpu": "#e16f24",
+    "inconclusive": "#bf8700",
     "build_failed": "#24292f",
 }
 COLUMNS = [

@@ -53,7 +53,7 @@ from .summary import cell_text
 
 #: Outcomes that say more about the runner's settings or a passing cause than about the stack: a
 #: record with one of them is never reused from the cache (the next run tries again).
-NOT_FINAL = ("timeout", "build_failed")
+NOT_FINAL = ("timeout", "build_failed", "inconclusive")
 
 
 @dataclass(frozen=True)

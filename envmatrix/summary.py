@@ -22,6 +22,8 @@ def cell_text(record: Record) -> str:
         return "[green]✓ ok[/]"
     if outcome == "skipped":
         return "[dim]· skipped[/]"
+    if outcome == "inconclusive":
+        return f"[yellow]{glyph(outcome)} inconclusive[/]"
     return f"[red]✗ {outcome}[/]"
 
 

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REAL_LOGS
+from conftest import REAL_LOGS as SHARED_LOGS
 
 from envmatrix.classify import REMEDIES, RULES, RunFacts, classify, control_status, signal_number
 from envmatrix.logscan import CHUNK, scan_stream, scan_text
 from envmatrix.outcomes import OUTCOME_NAMES
+
+#: The real excerpts travel with the tests; ../shared/real-logs (the 28 first ones) is compared when present.
+REAL_LOGS = Path(__file__).resolve().parent.parent / "data" / "real-logs"
 
 
 def log_class(text: str | bytes, exit_code: int | None = None, **kw: Any) -> str:
@@ -29,24 +32,31 @@ def real_cases() -> list[tuple[str, str]]:
         return [(row["file"], row["expected_class"]) for row in csv.DictReader(fh, delimiter="\t")]
 
 
-@pytest.mark.skipif(not real_cases(), reason="../shared/real-logs is absent (a checkout without shared/)")
 @pytest.mark.parametrize(("name", "expected"), real_cases())
 def test_real_log(name: str, expected: str) -> None:
     with (REAL_LOGS / name).open("rb") as fh:
         verdict = classify(RunFacts(scan=scan_stream(fh)))
     assert verdict.outcome == expected, verdict
-    assert verdict.evidence and verdict.remedy == REMEDIES[expected]
+    assert verdict.evidence and verdict.remedy
 
 
-def test_real_log_index_has_28() -> None:
-    if not real_cases():
-        pytest.skip("../shared/real-logs is absent")
-    assert len(real_cases()) == 28
+def test_real_log_index() -> None:
+    """Every excerpt is indexed with its source, named after its class, and the 28 shared ones are byte-identical."""
+    cases = real_cases()
+    assert len(cases) >= 28 + 30
+    assert {name for name, _ in cases} == {p.name for p in REAL_LOGS.glob("*.log")}
+    assert all(name.split("__")[0] == expected and expected in OUTCOME_NAMES for name, expected in cases)
+    with (REAL_LOGS / "INDEX.tsv").open() as fh:
+        assert all(row["source"].strip() for row in csv.DictReader(fh, delimiter="\t"))
+    if not (SHARED_LOGS / "INDEX.tsv").exists():
+        pytest.skip("../shared/real-logs is absent: nothing to compare with")
+    for shared in SHARED_LOGS.glob("*.log"):
+        assert (REAL_LOGS / shared.name).read_bytes() == shared.read_bytes(), shared.name
 
 
 def test_every_outcome_has_a_remedy() -> None:
     assert set(REMEDIES) == set(OUTCOME_NAMES)
-    assert {name for name, _ in RULES} | {"ok", "skipped", "wrong_gpu"} == set(OUTCOME_NAMES)  # wrong_gpu: the GPU guard
+    assert {name for name, _ in RULES} | {"ok", "inconclusive", "skipped", "wrong_gpu"} == set(OUTCOME_NAMES)  # wrong_gpu: the GPU guard
 
 
 # ---- one test per rule -------------------------------------------------------------------------
@@ -89,7 +99,8 @@ def test_exit_codes_alone() -> None:
     assert log_class("", exit_code=-9) == "crash"
     assert log_class("", exit_code=137) == "crash"
     assert log_class("", exit_code=1) == "error"
-    assert log_class("", exit_code=0) == "ok"
+    assert log_class("", exit_code=0) == "inconclusive"  # a clean exit is no evidence of training
+    assert log_class("") == "inconclusive"
     assert signal_number(-15) == 15 and signal_number(139) == 11 and signal_number(2) is None and signal_number(None) is None
 
 
@@ -236,7 +247,8 @@ def test_non_utf8_bytes() -> None:
 
 
 def test_command_echo_is_not_a_signal() -> None:
-    assert log_class("$ python probes/grpo_smoke.py --fault sigfpe\n[rank0] injecting (fault sigfpe)\n", exit_code=0) == "ok"
+    log = "$ python probes/grpo_smoke.py --fault sigfpe\n[rank0] injecting (fault sigfpe)\n{'loss': 0.0, 'grad_norm': 0.3}\n"
+    assert log_class(log, exit_code=0) == "ok"
 
 
 def test_signature_across_chunk_boundary() -> None:
@@ -291,7 +303,6 @@ def _noisy_variants(data: bytes) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.skipif(not real_cases(), reason="../shared/real-logs is absent (a checkout without shared/)")
 @pytest.mark.parametrize(("name", "expected"), real_cases())
 def test_real_log_under_other_noise(name: str, expected: str) -> None:
     data = (REAL_LOGS / name).read_bytes()

@@ -1,0 +1,92 @@
+"""Is generated text garbled? One measure for the probe's sample texts and for text found in user logs.
+
+Broken attention does not produce one fixed pattern: runs of one word (`in in in …`), of a special token
+(`<|im_start|>` × 50), of one token id (`151644, 151644, …`), of one character (`!!!!`, `0000`), text
+that is mostly one phrase, or letters from several scripts at once. So this measures the text, not a
+pattern. Tokens are words, numbers and special tokens. Text of at least MIN_TOKENS tokens is garbled when
+
+- one token repeats back to back RUN_LIMIT (16) times or more, or
+- the most common token is TOP_SHARE (0.5) or more of all tokens, or
+- REPEAT_SHARE (0.6) or more of its 3-grams repeat an earlier 3-gram (mostly one phrase), or
+- its letters come from 3 or more scripts, each SCRIPT_SHARE (0.15) of them or more;
+
+and any text is garbled with a run of CHAR_RUN (24) of one letter, digit, `!` or `?`.
+
+The thresholds were chosen on tests/data/real-logs (tests/unit/test_classify_garble.py re-checks them):
+on every line of the 57 non-garbled excerpts the largest values are a back-to-back run of 2, a top-token
+share of 0.41 (a table row of zeros), a 3-gram repeat share of 0.26 (a Windows path) and 1 script;
+the 4 garbled excerpts show runs of 60 to 191, or (`<|im_start|>\\n` alternating) 90% repeated 3-grams.
+The thresholds sit between, nearer the healthy side for runs (16: the old id-repeat rule) and shares.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+
+MIN_TOKENS = 16
+RUN_LIMIT = 16
+TOP_SHARE = 0.5
+REPEAT_SHARE = 0.6
+SCRIPT_SHARE = 0.15
+CHAR_RUN = 24
+MAX_CHARS = 1 << 14  # a longer text is judged on its first 16 KiB: the measure stays cheap on any input
+
+_TOKEN = re.compile(r"<\|?[^\s<>|]{1,40}\|?>|\w+")
+_CHAR_RUN = re.compile(r"([^\W_]|[!?])\1{" + str(CHAR_RUN - 1) + "}")
+_SCRIPT_ALIASES = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HALFWIDTH": "CJK", "FULLWIDTH": "LATIN"}
+
+
+@dataclass(frozen=True)
+class Garble:
+    """Why a text was judged garbled, in words a user can check against the text."""
+
+    reason: str
+
+
+def _scripts(text: str) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for ch in text:
+        if ch.isalpha():
+            script = unicodedata.name(ch, "UNKNOWN").split(" ")[0]
+            counts[_SCRIPT_ALIASES.get(script, script)] += 1
+    return counts
+
+
+def _longest_run(tokens: list[str]) -> tuple[int, str]:
+    best, best_tok, run = 0, "", 0
+    for i, tok in enumerate(tokens):
+        run = run + 1 if i and tokens[i - 1] == tok else 1
+        if run > best:
+            best, best_tok = run, tok
+    return best, best_tok
+
+
+def garbled(text: str) -> Garble | None:
+    """The reason `text` looks like broken generation, or None when it reads as text (or is too short to tell)."""
+    text = text[:MAX_CHARS]
+    run = _CHAR_RUN.search(text)
+    if run:
+        return Garble(f"one character {run.group(1)!r} repeated {len(run.group(0))}+ times")
+    tokens = _TOKEN.findall(text)
+    n = len(tokens)
+    if n < MIN_TOKENS:
+        return None
+    length, token = _longest_run(tokens)
+    if length >= RUN_LIMIT:
+        return Garble(f"token {token!r} repeated {length} times in a row")
+    top, count = Counter(tokens).most_common(1)[0]
+    if count / n >= TOP_SHARE:
+        return Garble(f"token {top!r} is {count / n:.0%} of {n} tokens")
+    grams = list(zip(tokens, tokens[1:], tokens[2:], strict=False))
+    repeats = len(grams) - len(set(grams))
+    if grams and repeats / len(grams) >= REPEAT_SHARE:
+        return Garble(f"{repeats / len(grams):.0%} of its {len(grams)} 3-grams repeat an earlier one")
+    scripts = _scripts(text)
+    letters = sum(scripts.values())
+    mixed = sorted(s for s, c in scripts.items() if c >= SCRIPT_SHARE * letters)
+    if letters >= MIN_TOKENS and len(mixed) >= 3:
+        return Garble(f"letters from {len(mixed)} scripts mixed ({', '.join(mixed)})")
+    return None
