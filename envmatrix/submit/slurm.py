@@ -17,6 +17,11 @@ SHARD = "@SHARD@"
 _DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
 
+def logs(f: Fanout) -> str:
+    """One log per array task and one for the report job; Slurm does not create this folder itself."""
+    return f"{f.reports}/slurm-logs"
+
+
 def _envmatrix(python: str, argv: list[str]) -> str:
     return quote([python, "-m", "envmatrix", *argv])
 
@@ -30,7 +35,7 @@ def array_script(f: Fanout, job: GpuJob, *, cwd: str, python: str = sys.executab
         for opt, value in (("partition", job.target.partition), ("gres", job.target.gres), ("constraint", job.target.constraint))
         if value
     ]
-    lines += [f"#SBATCH --output={f.reports}/slurm-logs/{job.key}-%A_%a.log", "", "set -euo pipefail", f"cd {quote([cwd])}"]
+    lines += [f"#SBATCH --output={logs(f)}/{job.key}-%A_%a.log", "", "set -euo pipefail", f"cd {quote([cwd])}"]
     command = _envmatrix(python, f.run_argv(job, SHARD)).replace(SHARD, f'"$((SLURM_ARRAY_TASK_ID + 1))/{n}"')
     return "\n".join([*lines, f"exec {command}", ""])
 
@@ -40,7 +45,7 @@ def report_script(f: Fanout, *, cwd: str, python: str = sys.executable) -> str:
     lines = ["#!/bin/bash", f"#SBATCH --job-name={f.name()}"]
     if f.scheduler.report_partition:
         lines.append(f"#SBATCH --partition={f.scheduler.report_partition}")
-    lines += [f"#SBATCH --output={f.reports}/slurm-logs/report-%j.log", "", "set -euo pipefail", f"cd {quote([cwd])}"]
+    lines += [f"#SBATCH --output={logs(f)}/report-%j.log", "", "set -euo pipefail", f"cd {quote([cwd])}"]
     return "\n".join([*lines, "exec " + _envmatrix(python, ["report", "--results", f"{f.reports}/results", "--out", f.reports]), ""])
 
 
@@ -48,7 +53,8 @@ def scripts(f: Fanout, *, cwd: str, python: str = sys.executable) -> dict[str, s
     """File name → text: the arrays, the report job and submit.sh, which chains them as `--submit` does."""
     files = {f"array-{job.key}.sbatch": array_script(f, job, cwd=cwd, python=python) for job in f.jobs}
     files["report.sbatch"] = report_script(f, cwd=cwd, python=python)
-    chain = ["#!/bin/bash", "# Submit the arrays, then the report job once they have all ended.", "set -euo pipefail", 'cd "$(dirname "$0")"', 'ids=""']
+    chain = ["#!/bin/bash", "# Submit the arrays, then the report job once they have all ended.", "set -euo pipefail", 'cd "$(dirname "$0")"']
+    chain += [f"mkdir -p {quote([logs(f)])}", 'ids=""']
     chain += [f'id=$(sbatch --parsable {name}); ids="$ids:${{id%%;*}}"' for name in files if name.startswith("array-")]
     chain += ['sbatch --parsable --dependency="afterany$ids" report.sbatch', ""]
     files["submit.sh"] = "\n".join(chain)
@@ -75,6 +81,7 @@ def _sbatch(args: list[str]) -> str:
 
 def submit(folder: Path, f: Fanout) -> Submitted:
     """Submit the scripts written in `folder`: arrays first, then the report job depending on all of them."""
+    Path(logs(f)).mkdir(parents=True, exist_ok=True)
     arrays = {job.gpu: _sbatch([str(folder / f"array-{job.key}.sbatch")]) for job in f.jobs}
     report = _sbatch([f"--dependency=afterany:{':'.join(arrays.values())}", str(folder / "report.sbatch")])
     return Submitted(arrays, report)
