@@ -457,7 +457,7 @@ def _sched_text(ck: _Checker, value: Any, path: Path_, pattern: re.Pattern[str],
     if value is None:
         return None
     if not isinstance(value, str) or not pattern.match(value):
-        ck.err(path, f"{value!r} is not allowed here: write a value such as {example} (letters, digits and {pattern.pattern} only; it goes into scripts)")
+        ck.err(path, f"{value!r} is not allowed here: it is written into job scripts, so it must match {pattern.pattern} (e.g. {example})")
         return None
     return value
 

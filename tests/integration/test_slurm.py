@@ -157,7 +157,12 @@ def submit(folder: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[s
 
 def planned_ids(folder: Path) -> set[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "envmatrix", "plan", "--profile", "cpu", "--format", "json"], cwd=folder, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "envmatrix", "plan", "--profile", "cpu", "--format", "json"],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return {c["id"] for c in json.loads(out)}
 
@@ -195,7 +200,9 @@ def test_a_killed_task_is_completed_by_resubmitting_only_its_cells(slurm: dict[s
     assert array, line
     victim = f"{array.group(1)}_1"
     for _ in range(600):
-        running = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i", "-j", array.group(1)], env=slurm, capture_output=True, text=True, check=False).stdout.split()
+        running = subprocess.run(
+            ["squeue", "-h", "-t", "R", "-o", "%i", "-j", array.group(1)], env=slurm, capture_output=True, text=True, check=False
+        ).stdout.split()
         if victim in running:
             break
         time.sleep(0.1)
