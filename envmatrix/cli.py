@@ -257,6 +257,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     slurm = args.engine == "slurm"
     # Slurm tasks run on a shared file system from this folder: absolute paths. Elsewhere: the checkout's or the volume's.
     file_, reports = (str(Path(args.file).resolve()), str(Path(args.reports).resolve())) if slurm else (args.file, args.reports)
+    if args.engine == "k8s" and not Path(reports).is_absolute():
+        reports = f"{k8s_submit.MOUNT}/{reports}"  # on the shared volume; the matrix file comes with the image
     run_args = ["--file", file_, "--profile", profile, *_pairs("--only", args.only), *_pairs("--skip", args.skip)]
     run_args += ["--backend", args.backend, "--jobs", str(args.jobs), "--timeout", f"{args.timeout:g}", "--reports", reports]
     f = fanout(spec, profile, cells, run_args=run_args, reports=reports)

@@ -9,7 +9,7 @@ import yaml
 from ..errors import InputError
 from . import Fanout, GpuJob, quote
 
-MOUNT = "/envmatrix"
+MOUNT = "/envmatrix"  # the shared volume: relative --reports folders go here
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 _SECURITY = {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
@@ -26,7 +26,6 @@ def _pod(f: Fanout, command: str, job: GpuJob | None) -> dict[str, Any]:
         "name": "envmatrix",
         "image": _image(f),
         "command": ["/bin/sh", "-c", command],
-        "workingDir": MOUNT,
         "securityContext": _SECURITY,
         "volumeMounts": [{"name": "reports", "mountPath": MOUNT}],
     }
