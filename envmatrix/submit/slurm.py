@@ -101,10 +101,14 @@ def job_states(job_id: str) -> dict[str, str]:
 
 def wait(sub: Submitted, *, poll: float = 2.0, say: Callable[[str], None] = print) -> dict[str, str]:
     """Block until the report job has ended (it starts only after every array); return every task's state."""
+    unknown = 0
     while True:
         report = job_states(sub.report)
         if report and all(s in _DONE for s in report.values()):
             break
+        unknown = 0 if report else unknown + 1
+        if unknown * poll > 120:
+            raise SubmitError(f"scontrol has not known report job {sub.report} for two minutes (controller down, or the job purged): check squeue and the logs")
         time.sleep(poll)
     states: dict[str, str] = {}
     for jid in sub.arrays.values():
