@@ -270,3 +270,10 @@ def test_submit_writes_files(matrix: Callable[..., Path], tmp_path: Path) -> Non
     out = tmp_path / "jobs"
     assert main(["submit", "slurm", "--file", str(matrix(with_scheduler())), "--profile", "gpu", "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["array-a100.sbatch", "array-h20.sbatch", "report.sbatch", "submit.sh"]
+
+
+def test_run_of_an_empty_shard_does_nothing_and_succeeds(matrix: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The cpu profile has 2 environments: a third shard holds none, and builds nothing."""
+    args = ["run", "--file", str(matrix()), "--profile", "cpu", "--gpu", "cpu", "--backend", "host", "--reports", str(tmp_path / "r"), "--shard", "3/3"]
+    assert main(args) == 0
+    assert "nothing to do in this shard" in capsys.readouterr().out and not (tmp_path / "r").exists()
