@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -26,7 +28,12 @@ from .records import load_records
 from .report import is_current, report_paths, write_report
 from .runfacts import gather
 from .runner import Paths, Runner
+from .shard import shard
 from .spec import Spec, load
+from .submit import SubmitError, fanout, write_files
+from .submit import github as gh_submit
+from .submit import k8s as k8s_submit
+from .submit import slurm as slurm_submit
 from .summary import print_summary
 
 Handler = Callable[[argparse.Namespace], int]
@@ -38,6 +45,25 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", action="append", default=[], metavar="PATTERN", help="keep cells whose id matches (fnmatch, braces); repeatable")
     p.add_argument("--skip", action="append", default=[], metavar="PATTERN", help="drop cells whose id matches; repeatable")
     p.add_argument("--gpu", default=None, help="only cells of this GPU type (default: all for plan, the host's for run)")
+
+
+def shard_arg(text: str) -> tuple[int, int]:
+    """`I/N` with 1 <= I <= N: argparse reports anything else as a usage error (exit status 2)."""
+    m = re.fullmatch(r"([0-9]+)/([0-9]+)", text)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a shard: write I/N with 1 <= I <= N, e.g. 2/4 for the second of four")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _add_shard(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", type=shard_arg, default=None, metavar="I/N", help="only shard I of N: environments kept whole, cost-balanced per GPU type")
+
+
+def take_shard(cells: list[Cell], which: tuple[int, int] | None) -> list[Cell]:
+    """The cells of shard I of N (all cells when no shard was asked for)."""
+    if which is None:
+        return cells
+    return shard(cells, which[1])[which[0] - 1]
 
 
 def select_cells(args: argparse.Namespace, *, gpu: str | None) -> tuple[Spec, str, list[Cell]]:
@@ -59,12 +85,14 @@ def _warn(message: str) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Print the cells of a profile and the environments they need."""
     _, profile, cells = select_cells(args, gpu=args.gpu)
+    cells = take_shard(cells, args.shard)
     builds = plan.builds(cells)
     if args.format == "json":
         print(json.dumps([c.as_dict() for c in cells], indent=2))
         return 0
     console = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
-    table = Table(title=f"profile {profile}: {len(cells)} cells", show_lines=False)
+    part = f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""
+    table = Table(title=f"profile {profile}{part}: {len(cells)} cells", show_lines=False)
     for col in ("id", "cuda", "torch", "transformers", "flash_attn", "gpu", "python", "scenario", "status", "reason"):
         table.add_column(col, overflow="fold")
     for c in cells:
@@ -152,6 +180,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if gpu is None:
         raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; name its matrix GPU type with --gpu")
     console = Console()
+    if args.shard is not None:
+        cells = take_shard([c for c in cells if c.env.gpu == gpu], args.shard)
+        console.print(f"shard {args.shard[0]}/{args.shard[1]} of GPU type {gpu}: {len(cells)} cells")
+        if not cells:
+            console.print("nothing to do in this shard (more shards than environments)")
+            return 0
     name, why = choose(args.backend, gpus.count)
     if args.backend == "auto":
         console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the {name} backend")
@@ -191,6 +225,58 @@ def cmd_lock(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pairs(flag: str, values: list[str]) -> list[str]:
+    return [x for v in values for x in (flag, v)]
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Write (and for Slurm submit and wait for) one job per GPU type with a task per shard, then a report job."""
+    if args.engine != "slurm" and (args.submit or args.wait):
+        raise InputError(f"--submit and --wait are for slurm; for {args.engine}, commit or apply the files written (see README)")
+    if args.wait and not args.submit:
+        raise InputError("--wait needs --submit")
+    spec, profile, cells = select_cells(args, gpu=args.gpu)
+    slurm = args.engine == "slurm"
+    # Slurm tasks run on a shared file system from this folder: absolute paths. Elsewhere: the checkout's or the volume's.
+    file_, reports = (str(Path(args.file).resolve()), str(Path(args.reports).resolve())) if slurm else (args.file, args.reports)
+    if args.engine == "k8s" and not Path(reports).is_absolute():
+        reports = f"{k8s_submit.MOUNT}/{reports}"  # on the shared volume; the matrix file comes with the image
+    run_args = ["--file", file_, "--profile", profile, *_pairs("--only", args.only), *_pairs("--skip", args.skip)]
+    run_args += ["--backend", args.backend, "--jobs", str(args.jobs), "--timeout", f"{args.timeout:g}", "--reports", reports]
+    f = fanout(spec, profile, cells, run_args=run_args, reports=reports)
+    if slurm:
+        files = slurm_submit.scripts(f, cwd=os.getcwd())
+    elif args.engine == "github":
+        files = {f"envmatrix-{profile}.yml": gh_submit.render(f)}
+    else:
+        files = k8s_submit.manifests(f)
+    for job in f.jobs:
+        sizes = ", ".join(str(len(s)) for s in job.shards)
+        print(f"{job.gpu}: {job.target.shards} shards of {sizes} cells (throttle {f.throttle(job)})", file=sys.stderr)
+    if args.dry_run:
+        for name, text in files.items():
+            print(f"# ---- {name}\n{text}")
+        return 0
+    folder = Path(args.out or Path(args.reports) / "submit" / args.engine)
+    for path in write_files(folder, files):
+        print(f"wrote {path}")
+    if not args.submit:
+        return 0
+    sub = slurm_submit.submit(folder.resolve(), f)
+    print(f"submitted: arrays {', '.join(f'{g} {j}' for g, j in sub.arrays.items())}; report job {sub.report} (afterany)")
+    if not args.wait:
+        return 0
+    states = slurm_submit.wait(sub)
+    html = Path(reports) / "matrix.html"
+    print(f"report: {html}" if html.is_file() else f"no report at {html}: see {reports}/slurm-logs/report-{sub.report}.log")
+    bad = sorted(k for k, v in states.items() if v != "COMPLETED")
+    if bad:
+        raise SubmitError(
+            f"not completed: {', '.join(f'{k} ({states[k]})' for k in bad)}; the report shows what finished; submit again to run only the missing cells"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line; each subcommand stores its handler in `func`."""
     parser = argparse.ArgumentParser(prog="envmatrix", description="Which CUDA / PyTorch / transformers / flash-attn stacks train cleanly, by experiment.")
@@ -200,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="list the cells of a profile with their status and skip reasons")
     _add_selection(p)
     p.add_argument("--format", choices=("table", "json"), default="table")
+    _add_shard(p)
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("run", help="run the matrix on this host: prepare environments, run cells, record and classify")
     _add_selection(p)
@@ -209,7 +296,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per cell before its process group is killed")
     p.add_argument("--reports", default="reports", help="output folder (records in results/, logs in logs/)")
     p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
+    _add_shard(p)
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("submit", help="fan the matrix out on Slurm arrays, GitHub Actions runners or Kubernetes Indexed Jobs")
+    p.add_argument("engine", choices=("slurm", "github", "k8s"), help="the scheduler to write jobs for")
+    _add_selection(p)
+    p.add_argument("--backend", choices=("auto", "venv", "host", "docker"), default="auto", help="passed to each shard's envmatrix run")
+    p.add_argument("--jobs", type=int, default=1, help="passed to each shard's envmatrix run")
+    p.add_argument("--timeout", type=float, default=600.0, help="passed to each shard's envmatrix run")
+    p.add_argument("--reports", default="reports", help="the shared output folder every shard writes its records into")
+    p.add_argument("--out", default=None, help="where the generated files go (default REPORTS/submit/ENGINE)")
+    p.add_argument("--dry-run", action="store_true", help="print the generated files; write and submit nothing")
+    p.add_argument("--submit", action="store_true", help="slurm: submit the arrays and the report job with sbatch")
+    p.add_argument("--wait", action="store_true", help="slurm: wait for the report job, print where the merged report is")
+    p.set_defaults(func=cmd_submit)
     p = sub.add_parser("report", help="render matrix.html, results.csv and results.json from results folders")
     p.add_argument("--results", action="append", default=None, metavar="DIR", help="a results folder; repeat to merge runners (default reports/results)")
     p.add_argument("--out", default="reports", help="output folder (default reports)")

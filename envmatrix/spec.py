@@ -96,6 +96,32 @@ class Profile:
     description: str = ""
     base_images: dict[str, str] = field(default_factory=dict)
     wheelhouse: str | None = None
+    scheduler: Scheduler | None = None
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """Where one GPU type's shards run on each engine; every value already matched a strict pattern."""
+
+    shards: int = 1
+    partition: str | None = None
+    gres: str | None = None
+    constraint: str | None = None
+    labels: tuple[str, ...] = ()
+    product: str | None = None
+    gpu_count: int = 0
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """A profile's `scheduler:` section: per GPU type targets, the array throttle, the k8s image and volume."""
+
+    gpus: dict[str, GpuTarget]
+    throttle: int | None = None
+    image: str | None = None
+    volume_claim: str = "envmatrix-reports"
+    report_partition: str | None = None
+    report_labels: tuple[str, ...] = ("ubuntu-latest",)
 
 
 @dataclass(frozen=True)
@@ -294,7 +320,7 @@ def _kind(value: Any) -> str:
 
 
 TOP_KEYS = ("version", "profiles", "scenarios")
-PROFILE_KEYS = (*AXES, "scenarios", "include", "exclude", "select", "skip", "build_from_source", "description", "base_images", "wheelhouse")
+PROFILE_KEYS = (*AXES, "scenarios", "include", "exclude", "select", "skip", "build_from_source", "description", "base_images", "wheelhouse", "scheduler")
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?$")
 _PATH = re.compile(r"^[A-Za-z0-9._/~+-]+$")
 RULE_KEYS = (*AXES, "scenario", "reason")
@@ -396,6 +422,7 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
     bfs = values.get("build_from_source", False)
     if not isinstance(bfs, bool):
         ck.err((*path, "build_from_source"), f"must be true or false, got {bfs!r}")
+    scheduler = _scheduler(ck, values["scheduler"], (*path, "scheduler"), axes.get("gpu", ())) if "scheduler" in values else None
     if len(axes) != len(AXES):
         return None
     return Profile(
@@ -410,6 +437,79 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
         description=str(values.get("description", "")),
         base_images=base_images,
         wheelhouse=wheelhouse,
+        scheduler=scheduler,
+    )
+
+
+# Scheduler values are written into sbatch scripts, workflow YAML and manifests: each is matched in full
+# against a pattern with no whitespace, quotes, '$', '`', ';' or braces before it gets there.
+_PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}(,[A-Za-z0-9_.-]{1,64})*$")
+_GRES = re.compile(r"^[A-Za-z0-9_.-]{1,64}(:[A-Za-z0-9_.-]{1,64}){0,2}(,[A-Za-z0-9_.-]{1,64}(:[A-Za-z0-9_.-]{1,64}){0,2})*$")
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-\[\]*&|:]{1,200}$")
+_LABEL = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_K8S_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+_K8S_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+SCHEDULER_KEYS = ("gpus", "throttle", "image", "volume_claim", "report_partition", "report_labels")
+TARGET_KEYS = ("shards", "partition", "gres", "constraint", "labels", "product", "gpu_count")
+
+
+def _sched_text(ck: _Checker, value: Any, path: Path_, pattern: re.Pattern[str], example: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not pattern.match(value):
+        ck.err(path, f"{value!r} is not allowed here: it is written into job scripts, so it must match {pattern.pattern} (e.g. {example})")
+        return None
+    return value
+
+
+def _sched_int(ck: _Checker, value: Any, path: Path_, lo: int, hi: int) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        ck.err(path, f"must be an integer in [{lo}, {hi}], got {value!r}")
+        return None
+    return value
+
+
+def _sched_labels(ck: _Checker, value: Any, path: Path_) -> tuple[str, ...]:
+    return ck.string_list(value, path, lambda v: None if _LABEL.match(v) else f"runner label '{v}' must be letters, digits, '.', '_' or '-'")
+
+
+def _scheduler(ck: _Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Scheduler | None:
+    values = ck.mapping(raw, path, SCHEDULER_KEYS, required=("gpus",))
+    targets: dict[str, GpuTarget] = {}
+    raw_gpus = values.get("gpus")
+    if "gpus" in values and (not isinstance(raw_gpus, dict) or not raw_gpus):
+        ck.err((*path, "gpus"), "must be a mapping of GPU type (from the profile's gpu axis) → where its shards run")
+    elif isinstance(raw_gpus, dict):
+        for gpu, body in raw_gpus.items():
+            gpath = (*path, "gpus", gpu)
+            if gpu not in gpus:
+                ck.err(gpath, f"GPU type '{gpu}' is not on this profile's gpu axis{_did_you_mean(str(gpu), list(gpus))}; it has {', '.join(gpus)}")
+                continue
+            t = ck.mapping({} if body is None else body, gpath, TARGET_KEYS)
+            targets[gpu] = GpuTarget(
+                shards=_sched_int(ck, t.get("shards", 1), (*gpath, "shards"), 1, 1000) or 1,
+                partition=_sched_text(ck, t.get("partition"), (*gpath, "partition"), _PARTITION, "gpu-a100"),
+                gres=_sched_text(ck, t.get("gres"), (*gpath, "gres"), _GRES, "gpu:a100:8"),
+                constraint=_sched_text(ck, t.get("constraint"), (*gpath, "constraint"), _CONSTRAINT, "a100&nvlink"),
+                labels=_sched_labels(ck, t["labels"], (*gpath, "labels")) if "labels" in t else ("self-hosted", "linux", gpu.lower()),
+                product=_sched_text(ck, t.get("product"), (*gpath, "product"), _K8S_LABEL_VALUE, "NVIDIA-A100-SXM4-80GB"),
+                gpu_count=_sched_int(ck, t.get("gpu_count", 0 if gpu == "cpu" else 1), (*gpath, "gpu_count"), 0, 64) or 0,
+            )
+    throttle = _sched_int(ck, values["throttle"], (*path, "throttle"), 1, 1000) if "throttle" in values else None
+    image = values.get("image")
+    if image is not None and (not isinstance(image, str) or not _IMAGE.match(image)):
+        ck.err((*path, "image"), f"{image!r} is not an image reference such as registry.example/envmatrix-probe:1.0[@sha256:<64 hex>]")
+        image = None
+    claim = _sched_text(ck, values.get("volume_claim", "envmatrix-reports"), (*path, "volume_claim"), _K8S_NAME, "envmatrix-reports")
+    report_partition = _sched_text(ck, values.get("report_partition"), (*path, "report_partition"), _PARTITION, "cpu")
+    report_labels = _sched_labels(ck, values["report_labels"], (*path, "report_labels")) if "report_labels" in values else ("ubuntu-latest",)
+    return Scheduler(
+        gpus=targets,
+        throttle=throttle,
+        image=image,
+        volume_claim=claim or "envmatrix-reports",
+        report_partition=report_partition,
+        report_labels=report_labels,
     )
 
 

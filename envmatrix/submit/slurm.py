@@ -1,0 +1,118 @@
+"""Slurm: one `sbatch --array` job per GPU type (a task per shard) and a report job that depends on them."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import Fanout, GpuJob, SubmitError, quote
+
+SHARD = "@SHARD@"
+_DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+
+
+def logs(f: Fanout) -> str:
+    """One log per array task and one for the report job; Slurm does not create this folder itself."""
+    return f"{f.reports}/slurm-logs"
+
+
+def _envmatrix(python: str, argv: list[str]) -> str:
+    return quote([python, "-m", "envmatrix", *argv])
+
+
+def array_script(f: Fanout, job: GpuJob, *, cwd: str, python: str = sys.executable) -> str:
+    """One GPU type's array: task k runs shard k+1 of N into the shared results folder, one log per task."""
+    n = job.target.shards
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={f.name(job)}", f"#SBATCH --array=0-{n - 1}%{f.throttle(job)}"]
+    lines += [
+        f"#SBATCH --{opt}={value}"
+        for opt, value in (("partition", job.target.partition), ("gres", job.target.gres), ("constraint", job.target.constraint))
+        if value
+    ]
+    lines += [f"#SBATCH --output={logs(f)}/{job.key}-%A_%a.log", "", "set -euo pipefail", f"cd {quote([cwd])}"]
+    command = _envmatrix(python, f.run_argv(job, SHARD)).replace(SHARD, f'"$((SLURM_ARRAY_TASK_ID + 1))/{n}"')
+    return "\n".join([*lines, f"exec {command}", ""])
+
+
+def report_script(f: Fanout, *, cwd: str, python: str = sys.executable) -> str:
+    """The merged report, rendered once every array has ended (afterany: cancelled tasks too)."""
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={f.name()}"]
+    if f.scheduler.report_partition:
+        lines.append(f"#SBATCH --partition={f.scheduler.report_partition}")
+    lines += [f"#SBATCH --output={logs(f)}/report-%j.log", "", "set -euo pipefail", f"cd {quote([cwd])}"]
+    return "\n".join([*lines, "exec " + _envmatrix(python, ["report", "--results", f"{f.reports}/results", "--out", f.reports]), ""])
+
+
+def scripts(f: Fanout, *, cwd: str, python: str = sys.executable) -> dict[str, str]:
+    """File name → text: the arrays, the report job and submit.sh, which chains them as `--submit` does."""
+    files = {f"array-{job.key}.sbatch": array_script(f, job, cwd=cwd, python=python) for job in f.jobs}
+    files["report.sbatch"] = report_script(f, cwd=cwd, python=python)
+    chain = ["#!/bin/bash", "# Submit the arrays, then the report job once they have all ended.", "set -euo pipefail", 'cd "$(dirname "$0")"']
+    chain += [f"mkdir -p {quote([logs(f)])}", 'ids=""']
+    chain += [f'id=$(sbatch --parsable {name}); ids="$ids:${{id%%;*}}"' for name in files if name.startswith("array-")]
+    chain += ['sbatch --parsable --dependency="afterany$ids" report.sbatch', ""]
+    files["submit.sh"] = "\n".join(chain)
+    return files
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """Job ids: one array per GPU type, then the report job."""
+
+    arrays: dict[str, str]
+    report: str
+
+
+def _sbatch(args: list[str]) -> str:
+    exe = shutil.which("sbatch")
+    if exe is None:
+        raise SubmitError("sbatch not found on PATH: run envmatrix submit slurm on a Slurm login node, or use --dry-run and submit.sh")
+    done = subprocess.run([exe, "--parsable", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SubmitError(f"sbatch {' '.join(args)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout.strip().split(";")[0]
+
+
+def submit(folder: Path, f: Fanout) -> Submitted:
+    """Submit the scripts written in `folder`: arrays first, then the report job depending on all of them."""
+    Path(logs(f)).mkdir(parents=True, exist_ok=True)
+    arrays = {job.gpu: _sbatch([str(folder / f"array-{job.key}.sbatch")]) for job in f.jobs}
+    report = _sbatch([f"--dependency=afterany:{':'.join(arrays.values())}", str(folder / "report.sbatch")])
+    return Submitted(arrays, report)
+
+
+def job_states(job_id: str) -> dict[str, str]:
+    """Task id (`123_0`, or `124` for a plain job) → state, from scontrol (no accounting database needed)."""
+    done = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, check=False)
+    states: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        task = fields.get("ArrayTaskId")
+        key = f"{fields.get('ArrayJobId', job_id)}_{task}" if task and task.isdigit() else fields.get("JobId", job_id)
+        states[key] = fields.get("JobState", "UNKNOWN")
+    return states
+
+
+def wait(sub: Submitted, *, poll: float = 2.0, say: Callable[[str], None] = print) -> dict[str, str]:
+    """Block until the report job has ended (it starts only after every array); return every task's state."""
+    unknown = 0
+    while True:
+        report = job_states(sub.report)
+        if report and all(s in _DONE for s in report.values()):
+            break
+        unknown = 0 if report else unknown + 1
+        if unknown * poll > 120:
+            raise SubmitError(f"scontrol has not known report job {sub.report} for two minutes (controller down, or the job purged): check squeue and the logs")
+        time.sleep(poll)
+    states: dict[str, str] = {}
+    for jid in sub.arrays.values():
+        states.update(job_states(jid))
+    states.update(report)
+    say("; ".join(f"{k} {v}" for k, v in sorted(states.items())))
+    return states

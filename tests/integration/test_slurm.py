@@ -1,0 +1,224 @@
+"""A real one-host Slurm (slurmctld + slurmd + munge): submit the cpu profile as arrays, kill a task, re-submit.
+
+This machine has one GPU type (`cpu`), so there is one array; the second partition carries the report job,
+so array placement and the report's placement are both exercised. Cells run on the host backend (each
+cell's record states what really ran), which keeps the test about scheduling: shards, logs, the
+afterany report job, and a re-submission that completes only what a killed task left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "munged", "munge")
+
+pytestmark = [pytest.mark.integration]
+
+
+def _missing() -> str | None:
+    absent = [t for t in TOOLS if shutil.which(t) is None]
+    if absent:
+        return f"Slurm is not installed ({', '.join(absent)} missing): apt-get install -y slurm-wlm munge (.ci/run does)"
+    if os.geteuid() != 0:
+        return "a one-host Slurm here runs its daemons as root"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _munge_running() -> bool:
+    return subprocess.run("munge -n | unmunge", shell=True, capture_output=True, check=False).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """slurmctld and slurmd for this host with a generated configuration; stopped (by pid) at the end."""
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    if not _munge_running():
+        Path("/run/munge").mkdir(parents=True, exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "munged"], check=True)
+        for _ in range(50):
+            if _munge_running():
+                break
+            time.sleep(0.1)
+    base = tmp_path_factory.mktemp("slurm")
+    host = socket.gethostname().split(".")[0]
+    conf = base / "slurm.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                "ClusterName=envmatrix",
+                f"SlurmctldHost={host}",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                f"SlurmctldPort={_free_port()}",
+                f"SlurmdPort={_free_port()}",
+                "AuthType=auth/munge",
+                f"StateSaveLocation={base}/state",
+                f"SlurmdSpoolDir={base}/spool",
+                f"SlurmctldPidFile={base}/slurmctld.pid",
+                f"SlurmdPidFile={base}/slurmd.pid",
+                f"SlurmctldLogFile={base}/slurmctld.log",
+                f"SlurmdLogFile={base}/slurmd.log",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "JobAcctGatherType=jobacct_gather/none",
+                "SchedulerType=sched/backfill",
+                "SchedulerParameters=sched_min_interval=0,bf_interval=1",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_Core",
+                "MpiDefault=none",
+                "ReturnToService=2",
+                "MinJobAge=600",
+                f"NodeName={host} CPUs={os.cpu_count() or 2} RealMemory=4000 State=UNKNOWN",
+                "PartitionName=cpu-a Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+                "PartitionName=cpu-b Nodes=ALL MaxTime=INFINITE State=UP",
+                "",
+            ]
+        )
+    )
+    for d in ("state", "spool"):
+        (base / d).mkdir()
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    daemons = [subprocess.Popen([d, "-D", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for d in ("slurmctld", "slurmd")]
+    try:
+        for _ in range(300):
+            out = subprocess.run(["sinfo", "-h", "-o", "%P %t"], env=env, capture_output=True, text=True, check=False).stdout
+            if "cpu-a* idle" in out and "cpu-b idle" in out:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"slurm did not come up: {(base / 'slurmctld.log').read_text()[-2000:]}")
+        yield env
+    finally:
+        for proc in daemons:
+            proc.terminate()
+        for proc in daemons:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def installed(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name).split("+")[0]
+
+
+def write_matrix(folder: Path) -> Path:
+    """The cpu profile's shape, 2 environments × 2 scenarios, 2 shards on partition cpu-a, the report on cpu-b."""
+    data: dict[str, Any] = {
+        "version": 1,
+        "profiles": {
+            "cpu": {
+                "cuda": ["none"],
+                "torch": [installed("torch")],
+                "transformers": ["4.51.3", installed("transformers")] if installed("transformers") != "4.51.3" else ["4.51.3", "4.57.6"],
+                "flash_attn": ["none"],
+                "gpu": ["cpu"],
+                "python": [f"{sys.version_info.major}.{sys.version_info.minor}"],
+                "scheduler": {"throttle": 2, "report_partition": "cpu-b", "gpus": {"cpu": {"shards": 2, "partition": "cpu-a"}}},
+            }
+        },
+        "scenarios": {"fp32-sdpa": {}, "ctl-zero-grad": {"temperature": 0.01, "top_p": 0.001, "expect": "zero_grad"}},
+    }
+    path = folder / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def submit(folder: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "envmatrix", "submit", "slurm", "--profile", "cpu", "--backend", "host", "--reports", "reports", *extra]
+    run_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))}
+    return subprocess.Popen(args, cwd=folder, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def planned_ids(folder: Path) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "envmatrix", "plan", "--profile", "cpu", "--format", "json"],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {c["id"] for c in json.loads(out)}
+
+
+def record_files(folder: Path) -> dict[str, float]:
+    return {p.name: p.stat().st_mtime for p in (folder / "reports" / "results").glob("*.json")}
+
+
+def test_arrays_run_every_cell_and_the_report_job_merges_them(slurm: dict[str, str], tmp_path: Path) -> None:
+    write_matrix(tmp_path)
+    start = time.monotonic()
+    proc = submit(tmp_path, slurm, "--submit", "--wait")
+    out, _ = proc.communicate(timeout=900)
+    print(f"submit --wait: {time.monotonic() - start:.1f} s")
+    assert proc.returncode == 0, out
+    assert "report: " in out and (tmp_path / "reports" / "matrix.html").is_file(), out
+    rows = json.loads((tmp_path / "reports" / "results.json").read_text())
+    assert {r["cell_id"] if "cell_id" in r else r["id"] for r in rows} == planned_ids(tmp_path)
+    logs = sorted(p.name for p in (tmp_path / "reports" / "slurm-logs").iterdir())
+    assert sum(1 for n in logs if re.fullmatch(r"cpu-\d+_[01]\.log", n)) == 2 and any(n.startswith("report-") for n in logs), logs
+    html = (tmp_path / "reports" / "matrix.html").read_text()
+    assert all(cid in html for cid in planned_ids(tmp_path))
+
+
+def test_a_killed_task_is_completed_by_resubmitting_only_its_cells(slurm: dict[str, str], tmp_path: Path) -> None:
+    write_matrix(tmp_path)
+    start = time.monotonic()
+    proc = submit(tmp_path, slurm, "--submit", "--wait")
+    assert proc.stdout is not None
+    line = ""
+    while "submitted:" not in line:
+        line = proc.stdout.readline()
+        assert line, "submit ended before submitting"
+    array = re.search(r"arrays cpu (\d+)", line)
+    assert array, line
+    victim = f"{array.group(1)}_1"
+    for _ in range(600):
+        running = subprocess.run(
+            ["squeue", "-h", "-t", "R", "-o", "%i", "-j", array.group(1)], env=slurm, capture_output=True, text=True, check=False
+        ).stdout.split()
+        if victim in running:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"task {victim} never ran")
+    subprocess.run(["scancel", victim], env=slurm, check=True)
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 4 and f"{victim} (CANCELLED" in out, out
+    before = record_files(tmp_path)
+    assert len(before) < len(planned_ids(tmp_path)), "the cancelled task left cells without a record"
+    proc = submit(tmp_path, slurm, "--submit", "--wait")
+    out, _ = proc.communicate(timeout=900)
+    print(f"kill + re-submit: {time.monotonic() - start:.1f} s")
+    assert proc.returncode == 0, out
+    after = record_files(tmp_path)
+    assert len(after) == len(planned_ids(tmp_path))
+    assert all(after[name] == mtime for name, mtime in before.items()), "a finished cell was run again"
+    task_logs = sorted((tmp_path / "reports" / "slurm-logs").glob("cpu-*_0.log"))
+    assert "0 cells run" in task_logs[-1].read_text(), "the untouched shard re-ran cells instead of using its records"
