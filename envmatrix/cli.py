@@ -25,6 +25,7 @@ from .hostinfo import default_profile, detect_gpus
 from .lock import write_lock
 from .logscan import scan_stream
 from .records import load_records
+from .resolve import Outcome, resolve_cells, unreachable_error
 from .report import is_current, report_paths, write_report
 from .runfacts import gather
 from .runner import Paths, Runner
@@ -57,9 +58,15 @@ def select_cells(args: argparse.Namespace, *, gpu: str | None) -> tuple[Spec, st
 def cmd_plan(args: argparse.Namespace) -> int:
     """Print the cells of a profile and the environments they need."""
     _, profile, cells = select_cells(args, gpu=args.gpu)
+    outcome = resolve_cells(cells) if args.resolve else None
+    cells = outcome.cells if outcome else cells
     builds = plan.builds(cells)
     if args.format == "json":
-        print(json.dumps([c.as_dict() for c in cells], indent=2))
+        rows = [c.as_dict() for c in cells]
+        resolved = {k: v.as_dict() for k, v in outcome.resolutions.items()} if outcome else None
+        print(json.dumps({"cells": rows, "resolutions": resolved, "unreachable": outcome.unreachable} if outcome else rows, indent=2))
+        if outcome and outcome.unreachable:
+            raise unreachable_error(outcome)
         return 0
     console = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
     table = Table(title=f"profile {profile}: {len(cells)} cells", show_lines=False)
@@ -72,7 +79,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console.print(table)
     tally = plan.counts(cells)
     console.print(f"{tally.get('planned', 0)} planned, {tally.get('skipped', 0)} skipped; {len(builds)} environments to build (images or venvs)")
+    if outcome:
+        _print_resolutions(console, outcome)
     return 0
+
+
+def _print_resolutions(console: Console, outcome: Outcome) -> None:
+    """The files each environment resolves to (name, version, URL, sha256), then what went unchecked."""
+    for build_id, res in sorted(outcome.resolutions.items()):
+        head = "resolves" if res.ok else "does not resolve"
+        console.print(f"[bold]{build_id}[/] {head}{' (cached)' if res.cached else ''}" + ("" if res.ok else f": {res.reason}"))
+        for f in res.files:
+            console.print(f"  {f.name}=={f.version}  {f.url}  sha256:{f.sha256[:16]}…", soft_wrap=True, highlight=False)
+    if outcome.unreachable:
+        raise unreachable_error(outcome)
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
@@ -174,6 +194,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     gpu = args.gpu or gpus.matrix_name
     if gpu is None:
         raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; name its matrix GPU type with --gpu")
+    if not args.no_resolve:
+        outcome = resolve_cells([c for c in cells if c.env.gpu == gpu])
+        if outcome.unreachable:
+            raise unreachable_error(outcome)
+        checked = {c.id: c for c in outcome.cells}
+        cells = [checked.get(c.id, c) for c in cells]
     console = Console()
     backend = make_backend(args.backend, spec.profiles[profile], gpus.count, Path(args.venvs), Path(args.file).parent, console, profile, gpu)
     paths = Paths(Path(args.reports))
@@ -218,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="list the cells of a profile with their status and skip reasons")
     _add_selection(p)
     p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--resolve", action="store_true", help="ask uv whether each environment installs, and show the files it would get")
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("run", help="run the matrix on this host: prepare environments, run cells, record and classify")
     _add_selection(p)
@@ -227,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per cell before its process group is killed")
     p.add_argument("--reports", default="reports", help="output folder (records in results/, logs in logs/)")
     p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
+    p.add_argument("--no-resolve", action="store_true", help="skip the resolver check before building (e.g. no index reachable)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="render matrix.html, results.csv and results.json from results folders")
     p.add_argument("--results", action="append", default=None, metavar="DIR", help="a results folder; repeat to merge runners (default reports/results)")
