@@ -25,8 +25,8 @@ from .hostinfo import default_profile, detect_gpus
 from .lock import write_lock
 from .logscan import scan_stream
 from .records import load_records
-from .resolve import Outcome, resolve_cells, unreachable_error
 from .report import is_current, report_paths, write_report
+from .resolve import Outcome, resolve_cells, unreachable_error
 from .runfacts import gather
 from .runner import Paths, Runner
 from .spec import Profile, Spec, load
@@ -180,9 +180,11 @@ def make_backend(name: str, prof: Profile, gpu_count: int, venvs: Path, base: Pa
         wheelhouse = (base / prof.wheelhouse) if prof.wheelhouse else None
         if wheelhouse is not None and not wheelhouse.is_dir():
             raise InputError(f"wheelhouse {wheelhouse}: no such folder (profiles.{profile}.wheelhouse)")
-        return DockerBackend(base_images=prof.base_images, wheelhouse=wheelhouse, build_from_source=prof.build_from_source)
+        return DockerBackend(
+            base_images=prof.base_images, wheelhouse=wheelhouse, build_from_source=prof.build_from_source, flash_sources=prof.flash_attn_sources
+        )
     try:
-        return VenvBackend(venvs)
+        return VenvBackend(venvs, flash_sources=prof.flash_attn_sources, wheelhouse=(base / prof.wheelhouse) if prof.wheelhouse else None)
     except BuildFailed as exc:
         raise BackendError(str(exc)) from None
 

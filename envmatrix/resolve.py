@@ -15,7 +15,7 @@ import json
 import os
 import re
 import subprocess
-import tomllib
+import sys
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -25,6 +25,11 @@ from .backends.venv import PEFT, find_uv, torch_requirement
 from .cells import SKIPPED, Cell, Environment
 from .errors import BackendError
 from .pipconfig import PipSettings, read_pip_settings
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 #: Linux x86_64 with glibc 2.28: what torch ≥ 2.7 wheels need and what the Docker images provide.
 PYTHON_PLATFORM = "x86_64-manylinux_2_28"
