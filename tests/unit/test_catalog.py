@@ -135,6 +135,8 @@ def test_driver_per_cuda_major() -> None:
     assert catalog.min_driver("13.2") == "580.65.06" and catalog.min_driver("12.8") == "525.60.13" and catalog.min_driver("none") is None
 
 
-@pytest.mark.parametrize(("smi", "name"), [("NVIDIA B300 SXM6 AC", "B300"), ("NVIDIA GeForce RTX 5090", "RTX5090"), ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTXPRO6000")])
+@pytest.mark.parametrize(
+    ("smi", "name"), [("NVIDIA B300 SXM6 AC", "B300"), ("NVIDIA GeForce RTX 5090", "RTX5090"), ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTXPRO6000")]
+)
 def test_new_gpu_names(smi: str, name: str) -> None:
     assert catalog.gpu_from_smi_name(smi) == name

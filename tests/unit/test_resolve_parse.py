@@ -58,7 +58,7 @@ def test_compile_command_targets_the_environment() -> None:
     assert cmd[cmd.index("--python-version") + 1] == "3.11"
     assert cmd[cmd.index("--python-platform") + 1] == resolve.PYTHON_PLATFORM
     assert cmd[cmd.index("--format") + 1] == "pylock.toml"
-    assert ["--find-links", "/opt/wheels"] == cmd[cmd.index("--find-links") : cmd.index("--find-links") + 2]
+    assert cmd[cmd.index("--find-links") : cmd.index("--find-links") + 2] == ["--find-links", "/opt/wheels"]
 
 
 def test_split_args() -> None:
