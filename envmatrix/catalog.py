@@ -20,7 +20,7 @@ class Source:
     checked: str
 
 
-BUILD_MATRIX = Source("pytorch/test-infra generate_binary_build_matrix.py; pytorch RELEASE.md (FACTS §1)", "2026-08-21")
+BUILD_MATRIX = Source("pytorch/test-infra generate_binary_build_matrix.py; pytorch RELEASE.md (FACTS §1)", "2026-08")
 RFC_2_12 = Source("pytorch/pytorch #178665 (2.12 CUDA matrix: 12.8 removed, 13.2 added), PR #182849 RELEASE.md", "2026-11-23")
 RFC_2_14 = Source("pytorch/pytorch #190355, PR #194367 (2.14: 13.2 PyPI default, 13.0 stable, 12.6 legacy; Python ≤ 3.15)", "2026-11-23")
 RFC_2_15 = Source("pytorch/pytorch #190385 (RFC, open: 2.15 drops CUDA 12.6) — re-check against the index with plan --resolve", "2026-11-23")
@@ -73,7 +73,7 @@ class FlashWheels:
     torch: tuple[str, ...]
     cuda_majors: tuple[int, ...]
     python: tuple[str, str]
-    source: Source = Source("Dao-AILab/flash-attention .github/workflows/publish.yml at each tag (FACTS §2)", "2026-08-21")
+    source: Source = Source("Dao-AILab/flash-attention .github/workflows/publish.yml at each tag (FACTS §2)", "2026-08")
 
 
 FA_283 = Source("flash-attention v2.8.3.post1 release assets (CUDA 12.9.1 builds); 2.8.3.post2 is an sdist on PyPI; #1967, #2069 (FACTS §8)", "2026-11-23")
@@ -306,3 +306,36 @@ def scenario_reasons(*, attn: str, dtype: str, flash_attn: str, gpu: str) -> lis
     if dtype == "bf16" and cc is not None and cc < BF16_MIN_CC:
         reasons.append(f"bf16 needs sm80+ for native kernels; {gpu} is {info.sm}: use fp16 or fp32 there")
     return reasons
+
+
+def as_dict() -> dict[str, object]:
+    """Everything the catalog knows, each fact with its source and check date (`envmatrix catalog`)."""
+
+    def src(s: Source) -> dict[str, str]:
+        return {"source": s.where, "checked": s.checked}
+
+    return {
+        "torch": [
+            {"release": k, "cuda": list(v.cuda), "default_cuda": v.default_cuda, "python": list(v.python), "cxx11_abi": cxx11_abi(k + ".0"), **src(v.source)}
+            for k, v in TORCH.items()
+        ],
+        "flash_attn": [
+            {"releases": f"{w.first} ≤ v < {w.until}", "torch": list(w.torch), "cuda_majors": list(w.cuda_majors), "python": list(w.python), **src(w.source)}
+            for w in FLASH_ATTN
+        ],
+        "attention": [
+            {"implementation": "flash_attention_3", "gpus": "Hopper (sm90) only", "torch": f"≥ {FA3_MIN_TORCH} (flash-attn-3 on PyTorch's index)", **src(FA3)},
+            {"implementation": KERNELS_PREFIX + "flash-attn2", "gpus": "CUDA GPUs the kernel variant was built for", "torch": "per variant", **src(HF_KERNELS)},
+        ],
+        "gpus": [
+            {"name": g.name, "sm": g.sm, "compute_capability": ".".join(map(str, g.compute_capability)), "min_cuda": g.min_cuda, **src(g.source)}
+            for g in GPUS.values()
+            if g.compute_capability
+        ],
+        "cuda": {
+            "min_driver": {str(k): v for k, v in CUDA_MIN_DRIVER.items()},
+            "cuda13_min_sm": f"sm{CUDA13_MIN_CC[0]}{CUDA13_MIN_CC[1]}",
+            "drivers": src(CUDA_DRIVER_SOURCE),
+            "architectures": src(CUDA_ARCH_SOURCE),
+        },
+    }

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, plan
+from . import __version__, catalog, plan
 from .backends import Backend, BuildFailed
 from .backends.docker import DockerBackend, connect
 from .backends.host import HostBackend
@@ -227,6 +227,30 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_catalog(args: argparse.Namespace) -> int:
+    """Print the static catalog: what a resolver cannot know, each fact with its source and check date."""
+    facts = catalog.as_dict()
+    if args.format == "json":
+        print(json.dumps(facts, indent=2, ensure_ascii=False))
+        return 0
+    console = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
+    for section, rows in facts.items():
+        if not isinstance(rows, list):
+            continue
+        table = Table(title=section, show_lines=False)
+        for col in rows[0]:
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*(", ".join(map(str, v)) if isinstance(v, list) else str(v) for v in row.values()))
+        console.print(table)
+    cuda = facts["cuda"]
+    assert isinstance(cuda, dict)
+    drivers = ", ".join(f"CUDA {k}.x ≥ {v}" for k, v in cuda["min_driver"].items())
+    console.print(f"drivers: {drivers} ({cuda['drivers']['source']}, checked {cuda['drivers']['checked']})")
+    console.print(f"CUDA 13 builds for {cuda['cuda13_min_sm']} and newer ({cuda['architectures']['source']}, checked {cuda['architectures']['checked']})")
+    return 0
+
+
 def cmd_lock(args: argparse.Namespace) -> int:
     """Write a lockfile for a vetted environment (or the newest vetted one for a GPU type)."""
     if not args.env and not args.best:
@@ -268,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", action="append", default=None, metavar="DIR", help="results folder(s) (default reports/results)")
     p.add_argument("--out", default="reports", help="output folder; the lock goes to OUT/locks/<env>/")
     p.set_defaults(func=cmd_lock)
+    p = sub.add_parser("catalog", help="print what envmatrix knows about torch, flash-attn, GPUs and CUDA, with sources and dates")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_catalog)
     p = sub.add_parser("classify", help="tell which known failure a training log shows, with evidence and remedy")
     p.add_argument("log", help="the log file, or - for standard input")
     p.add_argument("--exit-code", type=int, default=None, help="the run's exit status (-N or 128+N for signal N)")

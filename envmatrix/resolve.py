@@ -16,6 +16,8 @@ import os
 import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -35,6 +37,9 @@ else:  # pragma: no cover
 PYTHON_PLATFORM = "x86_64-manylinux_2_28"
 COMPILE_TIMEOUT_S = 300
 REASON_MAX = 400
+PROBE_TIMEOUT_S = 15
+PYPI = "https://pypi.org/simple"
+INDEX_FLAGS = ("--index-url", "--extra-index-url", "--find-links")
 CACHE_VERSION = 1
 
 
@@ -160,10 +165,36 @@ def _uv_environment() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith("UV_")}
 
 
+def env_flags(env: Environment, settings: PipSettings) -> tuple[list[str], list[str]]:
+    """Requirements and every index flag uv gets for this environment (pip's settings first)."""
+    reqs, flags = environment_requirements(env, settings)
+    return reqs, [*settings_flags(settings), *flags]
+
+
+def indexes_of(flags: Sequence[str], settings: PipSettings) -> list[str]:
+    """The index URLs and find-links locations a resolution will read (PyPI unless replaced)."""
+    named = [flags[i + 1] for i, f in enumerate(flags) if f in INDEX_FLAGS]
+    default = [] if settings.index_url or os.environ.get("UV_INDEX_URL") or os.environ.get("UV_DEFAULT_INDEX") else [PYPI]
+    return [*named, *default]
+
+
+def index_problem(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why an index or find-links location cannot be read, or None: one quick request, so a missing
+    network is reported in a second rather than after the resolver's retries (minutes per environment)."""
+    if "://" not in url or url.startswith("file://"):
+        return None if Path(url.removeprefix("file://")).exists() else "no such folder"
+    try:
+        urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + "/", method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError as exc:
+        return None if exc.code < 500 else f"HTTP {exc.code}"  # a 404/405 is still a server answering
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+    return None
+
+
 def resolve_env(env: Environment, settings: PipSettings, *, uv: str, cache: Path | None) -> Resolution:
     """Resolve one environment (or read its cached answer); raises IndexUnreachable."""
-    reqs, flags = environment_requirements(env, settings)
-    flags = [*settings_flags(settings), *flags]
+    reqs, flags = env_flags(env, settings)
     cmd = compile_command(uv, env, flags)
     key_src = {"v": CACHE_VERSION, "cmd": cmd[1:], "reqs": reqs, "uv_env": _uv_environment(), "uv": uv}
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
@@ -184,9 +215,7 @@ def resolve_env(env: Environment, settings: PipSettings, *, uv: str, cache: Path
     if done.returncode == 0:
         result = Resolution(True, parse_pylock(done.stdout))
     else:
-        indexes = [flags[i + 1] for i, f in enumerate(flags) if f in ("--index-url", "--extra-index-url", "--find-links")]
-        indexes.append("https://pypi.org/simple")
-        index = unreachable_index(done.stderr, indexes)
+        index = unreachable_index(done.stderr, indexes_of(flags, settings))
         if index is not None:
             raise IndexUnreachable(index, trim_reason(done.stderr).removeprefix("uv: ")[:200])
         if "No solution found" not in done.stderr and "not satisfiable" not in done.stderr:
@@ -213,6 +242,15 @@ def resolve_cells(cells: Sequence[Cell], settings: PipSettings | None = None, *,
     cache = cache if cache is not None else cache_dir_default()
     envs = {c.env.build_id: c.env for c in cells if c.status != SKIPPED}
     outcome = Outcome(list(cells))
+    needs = {bid: indexes_of(env_flags(env, settings)[1], settings) for bid, env in envs.items()}
+    unique = sorted({url for urls in needs.values() for url in urls})
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        problems = {url: p for url, p in zip(unique, pool.map(index_problem, unique), strict=True) if p}
+    for bid, urls in needs.items():
+        down = [u for u in urls if u in problems]
+        if down:
+            outcome.unreachable[bid] = f"{down[0]} ({problems[down[0]]})"
+            envs.pop(bid)
 
     def one(env: Environment) -> tuple[str, Resolution | IndexUnreachable]:
         try:
