@@ -196,14 +196,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     gpu = args.gpu or gpus.matrix_name
     if gpu is None:
         raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; name its matrix GPU type with --gpu")
-    if not args.no_resolve:
+    console = Console()
+    backend = make_backend(args.backend, spec.profiles[profile], gpus.count, Path(args.venvs), Path(args.file).parent, console, profile, gpu)
+    if not args.no_resolve and backend.name != "host":  # the host backend installs nothing
         outcome = resolve_cells([c for c in cells if c.env.gpu == gpu])
         if outcome.unreachable:
             raise unreachable_error(outcome)
         checked = {c.id: c for c in outcome.cells}
         cells = [checked.get(c.id, c) for c in cells]
-    console = Console()
-    backend = make_backend(args.backend, spec.profiles[profile], gpus.count, Path(args.venvs), Path(args.file).parent, console, profile, gpu)
     paths = Paths(Path(args.reports))
     runner = Runner(backend, paths, jobs=args.jobs, timeout=args.timeout, rerun=args.rerun, gpu_count=gpus.count, console=console)
     report = runner.run(cells, gpu)

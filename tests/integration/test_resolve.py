@@ -61,3 +61,17 @@ def test_unreachable_index_exits_3_naming_it_and_writes_nothing(
     err = capsys.readouterr().err
     assert "could not reach package index http://127.0.0.1:9/simple" in err and "Traceback" not in err
     assert not cache.exists() or not list(cache.iterdir())
+
+
+def test_run_checks_before_building(matrix: Any, cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run` resolves first: a release that does not exist is recorded skipped with uv's reason, and no venv is made."""
+    import json
+
+    path = matrix(cpu_only(["4.99.0"]))
+    venvs, reports = tmp_path / "venvs", tmp_path / "r"
+    args = ["run", "--file", str(path), "--profile", "cpu", "--gpu", "cpu", "--backend", "venv", "--venvs", str(venvs), "--reports", str(reports)]
+    assert main(args) == 0
+    recs = [json.loads(p.read_text()) for p in (reports / "results").rglob("*.json")]
+    assert len(recs) == 2 and all(r["status"] == "skipped" for r in recs)
+    assert all("no version of transformers==4.99.0" in json.dumps(r) for r in recs)
+    assert not venvs.exists() or not any(venvs.glob("cpu-*"))

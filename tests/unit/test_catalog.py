@@ -141,3 +141,19 @@ def test_driver_per_cuda_major() -> None:
 )
 def test_new_gpu_names(smi: str, name: str) -> None:
     assert catalog.gpu_from_smi_name(smi) == name
+
+
+def test_catalog_command_prints_facts_with_sources(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from envmatrix.cli import main
+
+    assert main(["catalog", "--format", "json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    t215 = next(t for t in facts["torch"] if t["release"] == "2.15")
+    assert t215["cuda"] == ["13.0", "13.2"] and t215["cxx11_abi"] is True and "#190385" in t215["source"]
+    assert {g["name"] for g in facts["gpus"]} >= {"A100", "H20", "H100", "H200", "B200", "B300", "RTX5090"}
+    assert facts["cuda"]["min_driver"]["13"] == "580.65.06" and facts["cuda"]["cuda13_min_sm"] == "sm75"
+    assert main(["catalog"]) == 0
+    table = capsys.readouterr().out
+    assert "B300" in table and "checked" in table and "CUDA 13.x ≥ 580.65.06" in table
