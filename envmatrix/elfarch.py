@@ -123,3 +123,28 @@ def unsupported_reason(libraries: list[Path], cc: tuple[int, int], gpu: str) -> 
         return None
     lib, archs = missing[0]
     return f"{lib.name} has no kernels for {gpu} (sm{cc[0]}{cc[1]}): it carries {archs.describe()}; use a wheel built for this GPU"
+
+
+def library_facts(site_packages: Path, pattern: str = "flash_attn*_cuda*.so") -> dict[str, list[int]]:
+    """The architectures of an installed package's extension libraries, for the build facts (read at build
+    time, no GPU needed): {"sass": [80, 90], "ptx": [90]}; empty lists where no library or no fatbin."""
+    found = GpuArchs()
+    for lib in sorted(site_packages.glob(pattern)):
+        try:
+            archs = read_archs(lib)
+        except (OSError, NotAnElf):
+            continue
+        found.sass |= archs.sass
+        found.ptx |= archs.ptx
+    return {"sass": sorted(found.sass), "ptx": sorted(found.ptx)}
+
+
+def unsupported_for(facts: dict[str, list[int]] | None, cc: tuple[int, int] | None, gpu: str, what: str = "flash-attn") -> str | None:
+    """Evidence for `unsupported_gpu` before training: the recorded architectures lack this GPU's; None when
+    they cover it or nothing was read (no verdict without evidence)."""
+    if not facts or cc is None or not (facts.get("sass") or facts.get("ptx")):
+        return None
+    archs = GpuArchs(set(facts.get("sass", [])), set(facts.get("ptx", [])))
+    if archs.runs_on(cc):
+        return None
+    return f"the installed {what} has no kernels for {gpu} (sm{cc[0]}{cc[1]}): its binary carries {archs.describe()}"

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from .. import flashsource
+from .. import elfarch, flashsource
 from ..cells import Environment
 from ..hostinfo import detect_gpus
 from ..jsonio import read_json
@@ -131,7 +131,7 @@ class VenvBackend(ProcessBackend):
     def _install(self, env: Environment, python: Path, out: IO[bytes]) -> None:
         _step("install torch, transformers, peft", [*self._pip(python), *self.requirements(env)], out)
 
-    def _install_flash(self, env: Environment, python: Path, out: IO[bytes]) -> dict[str, str]:
+    def _install_flash(self, env: Environment, python: Path, out: IO[bytes]) -> dict[str, object]:
         """flash-attn's wheel name depends on the installed torch (version, CUDA, C++ ABI): read them there."""
         probe = "import torch,sys; print(torch.__version__.split('+')[0], torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI))"
         got = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300)
@@ -146,7 +146,8 @@ class VenvBackend(ProcessBackend):
         except flashsource.NoFlashSource as exc:
             raise BuildFailed(f"install flash-attn: {exc}") from None
         _step(f"install flash-attn ({pick.source})", [*self._pip(python), *([str(local)] if local else pick.install_args())], out)
-        return flashsource.build_facts(pick, local)
+        site = next(python.parent.parent.glob("lib/python*/site-packages"), python.parent)
+        return {**flashsource.build_facts(pick, local), "gpu_archs": elfarch.library_facts(site)}
 
     def _freeze(self, python: Path, out: IO[bytes]) -> list[str]:
         cmd = [self.uv, "pip", "freeze", "--python", str(python)] if self.uv else [str(python), "-m", "pip", "freeze"]

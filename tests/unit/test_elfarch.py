@@ -93,3 +93,16 @@ def test_real_cpu_library_has_no_fatbin(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("PATH", "")
     archs = elfarch.read_archs(Path(_ctypes.__file__))
     assert archs.sass == set() and archs.ptx == set()
+
+
+def test_library_facts_and_the_per_cell_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build time: the installed extension's architectures go into the facts; run time: checked per GPU."""
+    monkeypatch.setenv("PATH", "")
+    write(tmp_path, "flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so", elf({".nv_fatbin": fatbin([(2, 80), (2, 90)])}))
+    facts = elfarch.library_facts(tmp_path)
+    assert facts == {"sass": [80, 90], "ptx": []}
+    reason = elfarch.unsupported_for(facts, (10, 0), "B200")
+    assert reason is not None and "no kernels for B200 (sm100)" in reason and "sm80 sm90" in reason
+    assert elfarch.unsupported_for(facts, (9, 0), "H100") is None
+    assert elfarch.unsupported_for(elfarch.library_facts(tmp_path / "empty"), (10, 0), "B200") is None
+    assert elfarch.unsupported_for(facts, None, "cpu") is None
