@@ -39,18 +39,24 @@ ARG PEFT
 RUN pip install "transformers==${TRANSFORMERS}" "${PEFT}"
 
 # flash-attn: the prebuilt wheel whose name matches the installed torch's C++ ABI (read here, not assumed),
-# from the wheelhouse when it holds it, else from the release; a source build only when the matrix allows.
+# from the first of the profile's flash_attn_sources that offers it (envmatrix/flashsource.py); the
+# installed file, where it came from and its sha256 go to /opt/envmatrix-flash-attn.txt.
 ARG FLASH_ATTN=none
 ARG FLASH_WHEEL_ABI_TRUE=
 ARG FLASH_WHEEL_ABI_FALSE=
-ARG FLASH_ATTN_BUILD_FROM_SOURCE=0
+ARG FLASH_ATTN_SOURCES="wheelhouse releases"
 ARG MAX_JOBS=4
 RUN if [ "$FLASH_ATTN" != "none" ]; then \
         abi=$(python -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"); \
         if [ "$abi" = 1 ]; then wheel="$FLASH_WHEEL_ABI_TRUE"; else wheel="$FLASH_WHEEL_ABI_FALSE"; fi; \
-        if [ -f "/wheelhouse/$wheel" ]; then pip install "/wheelhouse/$wheel"; \
-        elif [ "$FLASH_ATTN_BUILD_FROM_SOURCE" = 1 ]; then MAX_JOBS="$MAX_JOBS" pip install --no-build-isolation "flash-attn==$FLASH_ATTN"; \
-        else pip install "https://github.com/Dao-AILab/flash-attention/releases/download/v${FLASH_ATTN}/${wheel}"; fi; \
+        got=; for src in $FLASH_ATTN_SOURCES; do case "$src" in \
+            wheelhouse) f="/wheelhouse/$wheel"; [ -f "$f" ] && pip install "$f" && got="$src $wheel $(sha256sum "$f" | cut -d' ' -f1) $f";; \
+            releases) u="https://github.com/Dao-AILab/flash-attention/releases/download/v${FLASH_ATTN}/${wheel}"; \
+                pip download --no-deps -d /tmp/fa "$u" && pip install "/tmp/fa/$wheel" && got="$src $wheel $(sha256sum "/tmp/fa/$wheel" | cut -d' ' -f1) $u" && rm -rf /tmp/fa;; \
+            sdist) MAX_JOBS="$MAX_JOBS" pip install --no-build-isolation "flash-attn==$FLASH_ATTN" && got="$src flash-attn-$FLASH_ATTN - pypi";; \
+        esac; [ -n "$got" ] && break; done; \
+        [ -n "$got" ] || { echo "flash-attn $FLASH_ATTN: none of the sources [$FLASH_ATTN_SOURCES] offers $wheel" >&2; exit 1; }; \
+        echo "$got" > /opt/envmatrix-flash-attn.txt; \
     fi
 
 # The probe runs as an unprivileged user; its output folder is mounted at /out.

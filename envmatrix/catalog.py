@@ -13,15 +13,29 @@ from packaging.version import Version
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where a fact was read and when: a catalog fact without one cannot be re-checked."""
+
+    where: str
+    checked: str
+
+
+BUILD_MATRIX = Source("pytorch/test-infra generate_binary_build_matrix.py; pytorch RELEASE.md (FACTS §1)", "2026-08")
+RFC_2_12 = Source("pytorch/pytorch #178665 (2.12 CUDA matrix: 12.8 removed, 13.2 added), PR #182849 RELEASE.md", "2026-11-23")
+RFC_2_14 = Source("pytorch/pytorch #190355, PR #194367 (2.14: 13.2 PyPI default, 13.0 stable, 12.6 legacy; Python ≤ 3.15)", "2026-11-23")
+RFC_2_15 = Source("pytorch/pytorch #190385 (RFC, open: 2.15 drops CUDA 12.6) — re-check against the index with plan --resolve", "2026-11-23")
+
+
+@dataclass(frozen=True)
 class TorchBuilds:
     """The CUDA wheel variants one torch minor release publishes, its default PyPI build, its Pythons."""
 
     cuda: tuple[str, ...]
     default_cuda: str
     python: tuple[str, str]
+    source: Source = BUILD_MATRIX
 
 
-# pytorch/test-infra generate_binary_build_matrix.py; pytorch RELEASE.md (FACTS §1).
 TORCH: dict[str, TorchBuilds] = {
     "2.4": TorchBuilds(("11.8", "12.1", "12.4"), "12.1", ("3.8", "3.12")),
     "2.5": TorchBuilds(("11.8", "12.1", "12.4"), "12.4", ("3.9", "3.12")),
@@ -31,9 +45,20 @@ TORCH: dict[str, TorchBuilds] = {
     "2.9": TorchBuilds(("12.6", "12.8", "13.0"), "12.8", ("3.10", "3.14")),
     "2.10": TorchBuilds(("12.6", "12.8", "13.0"), "12.8", ("3.10", "3.14")),
     "2.11": TorchBuilds(("12.6", "12.8", "13.0"), "13.0", ("3.10", "3.14")),
-    "2.12": TorchBuilds(("12.6", "13.0", "13.2"), "13.0", ("3.10", "3.14")),
+    "2.12": TorchBuilds(("12.6", "13.0", "13.2"), "13.0", ("3.10", "3.14"), RFC_2_12),
     "2.13": TorchBuilds(("12.6", "13.0", "13.2"), "13.0", ("3.10", "3.14")),
+    "2.14": TorchBuilds(("12.6", "13.0", "13.2"), "13.2", ("3.10", "3.15"), RFC_2_14),
+    "2.15": TorchBuilds(("13.0", "13.2"), "13.2", ("3.10", "3.15"), RFC_2_15),
 }
+
+CUDA_DRIVER_SOURCE = Source("NVIDIA CUDA Toolkit release notes, minor-version compatibility table (FACTS §1)", "2026-11-23")
+#: The lowest Linux driver each CUDA major runs on (minor-version compatibility): older drivers fail
+#: with "The NVIDIA driver on your system is too old".
+CUDA_MIN_DRIVER: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+
+CUDA_ARCH_SOURCE = Source("pytorch RELEASE.md CUDA support matrix (PR #182849); RFC #190385; NVIDIA CUDA 13.0 release notes", "2026-11-23")
+#: CUDA 13 dropped offline compilation for every architecture below Turing (sm_75): Maxwell, Pascal, Volta.
+CUDA13_MIN_CC = (7, 5)
 
 #: torch 2.7 is the first release whose pip wheels use the CXX11 ABI (manylinux_2_28).
 CXX11_ABI_FROM = Version("2.7")
@@ -48,16 +73,22 @@ class FlashWheels:
     torch: tuple[str, ...]
     cuda_majors: tuple[int, ...]
     python: tuple[str, str]
+    source: Source = Source("Dao-AILab/flash-attention .github/workflows/publish.yml at each tag (FACTS §2)", "2026-08")
 
 
-# Dao-AILab/flash-attention .github/workflows/publish.yml at each tag (FACTS §2).
+FA_283 = Source("flash-attention v2.8.3.post1 release assets (CUDA 12.9.1 builds); 2.8.3.post2 is an sdist on PyPI; #1967, #2069 (FACTS §8)", "2026-11-23")
 FLASH_ATTN: tuple[FlashWheels, ...] = (
     FlashWheels("2.6.3", "2.6.4", ("2.0.1", "2.1.2", "2.2.2", "2.3.1", "2.4.0"), (11, 12), ("3.8", "3.12")),
     FlashWheels("2.7.0", "2.7.4", ("2.1.2", "2.2.2", "2.3.1", "2.4.0", "2.5.1"), (11, 12), ("3.9", "3.13")),
     FlashWheels("2.7.4", "2.8.0", ("2.2.2", "2.3.1", "2.4.0", "2.5.1", "2.6.0"), (12,), ("3.9", "3.13")),
     FlashWheels("2.8.0", "2.8.3", ("2.4.0", "2.5.1", "2.6.0", "2.7.1"), (12,), ("3.9", "3.13")),
-    FlashWheels("2.8.3", "2.8.4", ("2.4.0", "2.5.1", "2.6.0", "2.7.1", "2.8.0"), (12,), ("3.9", "3.13")),
+    FlashWheels("2.8.3", "2.8.4", ("2.4.0", "2.5.1", "2.6.0", "2.7.1", "2.8.0"), (12,), ("3.9", "3.13"), FA_283),
 )
+#: FlashAttention-3 (`flash-attn-3` wheels on PyTorch's cu126/cu130 indexes, torch's stable ABI): Hopper only.
+FA3 = Source("flash-attention #1730 (stable-ABI port); download.pytorch.org cu126/cu130 indexes host flash-attn-3 for torch ≥ 2.9 (FACTS §8)", "2026-11-23")
+FA3_MIN_TORCH = "2.9"
+#: Hugging Face kernels (`attn_implementation="kernels-community/flash-attn2"`): variants per torch/CUDA/ABI.
+HF_KERNELS = Source("huggingface/kernels 0.17.2 README: variants like torch212-cxx11-cu130-x86_64-linux (FACTS §8)", "2026-11-23")
 
 # transformers' soft torch floor: from this transformers release on, torch must be at least this (FACTS §3).
 TRANSFORMERS_TORCH_FLOOR: tuple[tuple[str, str], ...] = (
@@ -77,6 +108,7 @@ class Gpu:
     compute_capability: tuple[int, int] | None
     pattern: str
     min_cuda: str = "11.0"
+    source: Source = Source("NVIDIA CUDA GPUs compute capability table; CUDA release notes (FACTS §4, §8)", "2026-11-23")
 
     @property
     def sm(self) -> str:
@@ -101,6 +133,15 @@ GPUS: dict[str, Gpu] = {
         Gpu("H100", (9, 0), r"\bH100\b", "11.8"),
         Gpu("H200", (9, 0), r"\bH200\b", "11.8"),
         Gpu("B200", (10, 0), r"\bB200\b", "12.8"),
+        Gpu(
+            "B300",
+            (10, 3),
+            r"\bB300\b",
+            "12.9",
+            Source("CUDA 12.9 release notes (sm_103 target); compute capability 10.3 is medium confidence (FACTS §8)", "2026-11-23"),
+        ),
+        Gpu("RTX5090", (12, 0), r"\bRTX 5090\b", "12.8"),
+        Gpu("RTXPRO6000", (12, 0), r"\bRTX PRO 6000\b", "12.8"),
     )
 }
 
@@ -131,6 +172,11 @@ def _py_in(python: str, bounds: tuple[str, str]) -> bool:
 def cxx11_abi(torch: str) -> bool:
     """Whether the pip wheels of this torch release use the CXX11 ABI (read it in the image to be sure)."""
     return Version(torch) >= CXX11_ABI_FROM
+
+
+def min_driver(cuda: str) -> str | None:
+    """The lowest NVIDIA driver a CUDA build runs on, or None for CPU builds and unknown majors."""
+    return None if cuda == "none" else CUDA_MIN_DRIVER.get(int(cuda.split(".")[0]))
 
 
 def torch_floor(transformers: str) -> str | None:
@@ -190,6 +236,9 @@ def environment_reasons(*, cuda: str, torch: str, transformers: str, flash_attn:
             reasons.append(f"torch {minor(torch)} publishes wheels for Python {builds.python[0]}–{builds.python[1]}, not {python}")
     if cuda != "none" and not on_cpu and Version(cuda) < Version(gpu_info.min_cuda):
         reasons.append(f"{gpu} ({gpu_info.sm}) needs CUDA ≥ {gpu_info.min_cuda}; CUDA {cuda} has no kernels for it")
+    cc = gpu_info.compute_capability
+    if cuda != "none" and cc is not None and int(cuda.split(".")[0]) >= 13 and cc < CUDA13_MIN_CC:
+        reasons.append(f"CUDA 13 dropped {gpu} ({gpu_info.sm}): it builds for sm75 (Turing) and newer only; use a CUDA 12 build")
     floor = torch_floor(transformers)
     if floor is not None and Version(torch) < Version(floor):
         reasons.append(f"transformers {transformers} requires torch ≥ {floor} (it disables PyTorch below that); use torch ≥ {floor} or an older transformers")
@@ -206,6 +255,11 @@ def _flash_reasons(release: str, *, torch: str, cuda: str, gpu: Gpu, python: str
         return [f"flash-attn (FlashAttention-2) needs sm80+ (Ampere or newer); {gpu.name} is {gpu.sm}"]
     if build_from_source:
         return []
+    return release_wheel_reasons(release, torch=torch, cuda=cuda, python=python)
+
+
+def release_wheel_reasons(release: str, *, torch: str, cuda: str, python: str) -> list[str]:
+    """Why the official releases page has no wheel of this flash-attn for this torch, CUDA and Python."""
     allow = "a source build takes hours; allow it with build_from_source: true"
     wheels = flash_wheels(release)
     if wheels is None:
@@ -220,7 +274,7 @@ def _flash_reasons(release: str, *, torch: str, cuda: str, gpu: Gpu, python: str
             )
         else:
             reasons.append(f"flash-attn {release} publishes no wheel for torch {minor(torch)} (wheels for {', '.join(wheels.torch)}); {allow}")
-    if int(cuda.split(".")[0]) not in wheels.cuda_majors:
+    if cuda == "none" or int(cuda.split(".")[0]) not in wheels.cuda_majors:
         reasons.append(f"flash-attn {release} publishes no wheel for CUDA {cuda} (CUDA majors {', '.join(map(str, wheels.cuda_majors))}); {allow}")
     if not _py_in(python, wheels.python):
         reasons.append(f"flash-attn {release} publishes wheels for Python {wheels.python[0]}–{wheels.python[1]}, not {python}; {allow}")
@@ -231,6 +285,8 @@ def _flash_reasons(release: str, *, torch: str, cuda: str, gpu: Gpu, python: str
 FLASH_IMPLEMENTATIONS = ("flash_attention_2",)
 #: Hopper-only kernels built from source (`flash_attn_3`).
 HOPPER_IMPLEMENTATIONS = ("flash_attention_3",)
+#: Hugging Face kernels name a Hub repository as the implementation (`kernels-community/flash-attn2`).
+KERNELS_PREFIX = "kernels-community/"
 
 
 def scenario_reasons(*, attn: str, dtype: str, flash_attn: str, gpu: str) -> list[str]:
@@ -245,6 +301,41 @@ def scenario_reasons(*, attn: str, dtype: str, flash_attn: str, gpu: str) -> lis
             reasons.append(f"attention {attn} needs a CUDA GPU of sm80+; the cpu runner has none")
     if attn in HOPPER_IMPLEMENTATIONS and (cc is None or cc[0] != 9):
         reasons.append(f"attention {attn} (FlashAttention-3) runs on Hopper (sm90) only; {gpu} is {info.sm}")
+    if attn.startswith(KERNELS_PREFIX) and cc is None:
+        reasons.append(f"attention {attn} (Hugging Face kernels) needs a CUDA GPU; the cpu runner has none")
     if dtype == "bf16" and cc is not None and cc < BF16_MIN_CC:
         reasons.append(f"bf16 needs sm80+ for native kernels; {gpu} is {info.sm}: use fp16 or fp32 there")
     return reasons
+
+
+def as_dict() -> dict[str, object]:
+    """Everything the catalog knows, each fact with its source and check date (`envmatrix catalog`)."""
+
+    def src(s: Source) -> dict[str, str]:
+        return {"source": s.where, "checked": s.checked}
+
+    return {
+        "torch": [
+            {"release": k, "cuda": list(v.cuda), "default_cuda": v.default_cuda, "python": list(v.python), "cxx11_abi": cxx11_abi(k + ".0"), **src(v.source)}
+            for k, v in TORCH.items()
+        ],
+        "flash_attn": [
+            {"releases": f"{w.first} ≤ v < {w.until}", "torch": list(w.torch), "cuda_majors": list(w.cuda_majors), "python": list(w.python), **src(w.source)}
+            for w in FLASH_ATTN
+        ],
+        "attention": [
+            {"implementation": "flash_attention_3", "gpus": "Hopper (sm90) only", "torch": f"≥ {FA3_MIN_TORCH} (flash-attn-3 on PyTorch's index)", **src(FA3)},
+            {"implementation": KERNELS_PREFIX + "flash-attn2", "gpus": "CUDA GPUs the kernel variant was built for", "torch": "per variant", **src(HF_KERNELS)},
+        ],
+        "gpus": [
+            {"name": g.name, "sm": g.sm, "compute_capability": ".".join(map(str, g.compute_capability)), "min_cuda": g.min_cuda, **src(g.source)}
+            for g in GPUS.values()
+            if g.compute_capability
+        ],
+        "cuda": {
+            "min_driver": {str(k): v for k, v in CUDA_MIN_DRIVER.items()},
+            "cuda13_min_sm": f"sm{CUDA13_MIN_CC[0]}{CUDA13_MIN_CC[1]}",
+            "drivers": src(CUDA_DRIVER_SOURCE),
+            "architectures": src(CUDA_ARCH_SOURCE),
+        },
+    }

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, plan
+from . import __version__, catalog, plan
 from .backends.registry import NAMES as BACKEND_NAMES
 from .backends.registry import BackendOptions, choose, make_backend
 from .cells import SKIPPED, Cell, expand
@@ -26,6 +26,7 @@ from .lock import write_lock
 from .logscan import scan_stream
 from .records import load_records
 from .report import is_current, report_paths, write_report
+from .resolve import Outcome, resolve_cells, unreachable_error
 from .runfacts import gather
 from .runner import Paths, Runner
 from .shard import shard
@@ -86,9 +87,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Print the cells of a profile and the environments they need."""
     _, profile, cells = select_cells(args, gpu=args.gpu)
     cells = take_shard(cells, args.shard)
+    outcome = resolve_cells(cells) if args.resolve else None
+    cells = outcome.cells if outcome else cells
     builds = plan.builds(cells)
     if args.format == "json":
-        print(json.dumps([c.as_dict() for c in cells], indent=2))
+        rows = [c.as_dict() for c in cells]
+        resolved = {k: v.as_dict() for k, v in outcome.resolutions.items()} if outcome else None
+        print(json.dumps({"cells": rows, "resolutions": resolved, "unreachable": outcome.unreachable} if outcome else rows, indent=2))
+        if outcome and outcome.unreachable:
+            raise unreachable_error(outcome)
         return 0
     console = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
     part = f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""
@@ -102,7 +109,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console.print(table)
     tally = plan.counts(cells)
     console.print(f"{tally.get('planned', 0)} planned, {tally.get('skipped', 0)} skipped; {len(builds)} environments to build (images or venvs)")
+    if outcome:
+        _print_resolutions(console, outcome)
     return 0
+
+
+def _print_resolutions(console: Console, outcome: Outcome) -> None:
+    """The files each environment resolves to (name, version, URL, sha256), then what went unchecked."""
+    for build_id, res in sorted(outcome.resolutions.items()):
+        head = "resolves" if res.ok else "does not resolve"
+        console.print(f"[bold]{build_id}[/] {head}{' (cached)' if res.cached else ''}" + ("" if res.ok else f": {res.reason}"))
+        for f in res.files:
+            console.print(f"  {f.name}=={f.version}  {f.url}  sha256:{f.sha256[:16]}…", soft_wrap=True, highlight=False)
+    if outcome.unreachable:
+        raise unreachable_error(outcome)
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
@@ -191,6 +211,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the {name} backend")
     options = BackendOptions(profile_name=profile, profile=spec.profiles[profile], gpu_count=gpus.count, venvs=Path(args.venvs), base=Path(args.file).parent)
     backend = make_backend(name, options)
+    if not args.no_resolve and backend.name != "host":  # the host backend installs nothing
+        outcome = resolve_cells([c for c in cells if c.env.gpu == gpu])
+        if outcome.unreachable:
+            raise unreachable_error(outcome)
+        checked = {c.id: c for c in outcome.cells}
+        cells = [checked.get(c.id, c) for c in cells]
     paths = Paths(Path(args.reports))
     runner = Runner(backend, paths, jobs=args.jobs, timeout=args.timeout, rerun=args.rerun, gpu_count=gpus.count, console=console)
     report = runner.run(cells, gpu)
@@ -211,6 +237,30 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise InputError(f"no such results folder: {', '.join(missing)}; run the matrix first (nox -s matrix) or pass --results DIR")
     outputs = write_report(folders, Path(args.out), _warn)
     print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name})")
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    """Print the static catalog: what a resolver cannot know, each fact with its source and check date."""
+    facts = catalog.as_dict()
+    if args.format == "json":
+        print(json.dumps(facts, indent=2, ensure_ascii=False))
+        return 0
+    console = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
+    for section, rows in facts.items():
+        if not isinstance(rows, list):
+            continue
+        table = Table(title=section, show_lines=False)
+        for col in rows[0]:
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*(", ".join(map(str, v)) if isinstance(v, list) else str(v) for v in row.values()))
+        console.print(table)
+    cuda = facts["cuda"]
+    assert isinstance(cuda, dict)
+    drivers = ", ".join(f"CUDA {k}.x ≥ {v}" for k, v in cuda["min_driver"].items())
+    console.print(f"drivers: {drivers} ({cuda['drivers']['source']}, checked {cuda['drivers']['checked']})")
+    console.print(f"CUDA 13 builds for {cuda['cuda13_min_sm']} and newer ({cuda['architectures']['source']}, checked {cuda['architectures']['checked']})")
     return 0
 
 
@@ -287,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p)
     p.add_argument("--format", choices=("table", "json"), default="table")
     _add_shard(p)
+    p.add_argument("--resolve", action="store_true", help="ask uv whether each environment installs, and show the files it would get")
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("run", help="run the matrix on this host: prepare environments, run cells, record and classify")
     _add_selection(p)
@@ -297,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", default="reports", help="output folder (records in results/, logs in logs/)")
     p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
     _add_shard(p)
+    p.add_argument("--no-resolve", action="store_true", help="skip the resolver check before building (e.g. no index reachable)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("submit", help="fan the matrix out on Slurm arrays, GitHub Actions runners or Kubernetes Indexed Jobs")
     p.add_argument("engine", choices=("slurm", "github", "k8s"), help="the scheduler to write jobs for")
@@ -323,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--trust-record-indexes", action="store_true", help="look files up on the package sources a record names even where they differ from your pip settings"
     )
     p.set_defaults(func=cmd_lock)
+    p = sub.add_parser("catalog", help="print what envmatrix knows about torch, flash-attn, GPUs and CUDA, with sources and dates")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_catalog)
     p = sub.add_parser("classify", help="tell which known failure a training log shows, with evidence and remedy")
     p.add_argument("log", help="the log file, or - for standard input")
     p.add_argument("--exit-code", type=int, default=None, help="the run's exit status (-N or 128+N for signal N)")

@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from . import catalog
+from . import catalog, flashsource
 from .errors import SpecError
 from .outcomes import EXPECTABLE
 from .yamlsrc import Path_, Source, load_yaml
@@ -96,6 +96,7 @@ class Profile:
     description: str = ""
     base_images: dict[str, str] = field(default_factory=dict)
     wheelhouse: str | None = None
+    flash_attn_sources: tuple[str, ...] = flashsource.DEFAULT_SOURCES
     scheduler: Scheduler | None = None
 
 
@@ -320,7 +321,20 @@ def _kind(value: Any) -> str:
 
 
 TOP_KEYS = ("version", "profiles", "scenarios")
-PROFILE_KEYS = (*AXES, "scenarios", "include", "exclude", "select", "skip", "build_from_source", "description", "base_images", "wheelhouse", "scheduler")
+PROFILE_KEYS = (
+    *AXES,
+    "scenarios",
+    "include",
+    "exclude",
+    "select",
+    "skip",
+    "build_from_source",
+    "description",
+    "base_images",
+    "wheelhouse",
+    "flash_attn_sources",
+    "scheduler",
+)
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?$")
 _PATH = re.compile(r"^[A-Za-z0-9._/~+-]+$")
 RULE_KEYS = (*AXES, "scenario", "reason")
@@ -423,6 +437,9 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
     if not isinstance(bfs, bool):
         ck.err((*path, "build_from_source"), f"must be true or false, got {bfs!r}")
     scheduler = _scheduler(ck, values["scheduler"], (*path, "scheduler"), axes.get("gpu", ())) if "scheduler" in values else None
+    fa_sources = ck.string_list(values.get("flash_attn_sources", flashsource.default_sources(wheelhouse, bfs is True)), (*path, "flash_attn_sources"))
+    for problem in flashsource.check_sources(fa_sources, wheelhouse=wheelhouse, build_from_source=bfs is True):
+        ck.err((*path, "flash_attn_sources"), problem)
     if len(axes) != len(AXES):
         return None
     return Profile(
@@ -437,6 +454,7 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
         description=str(values.get("description", "")),
         base_images=base_images,
         wheelhouse=wheelhouse,
+        flash_attn_sources=tuple(fa_sources),
         scheduler=scheduler,
     )
 

@@ -24,7 +24,7 @@ import certifi
 
 from probes import source_files as probe_files
 
-from .. import catalog
+from .. import catalog, flashsource
 from ..cells import Environment
 from ..errors import BackendError
 from ..execute import Completed, probe_command, process_alive
@@ -100,6 +100,7 @@ class DockerBackend:
         base_images: dict[str, str] | None = None,
         wheelhouse: Path | None = None,
         build_from_source: bool = False,
+        flash_sources: tuple[str, ...] | None = None,
         settings: PipSettings | None = None,
         client: Any = None,
     ) -> None:
@@ -109,6 +110,7 @@ class DockerBackend:
         self.base_images = {**CUDA_BASES, "none": CPU_BASE, **(base_images or {})}
         self.wheelhouse = wheelhouse
         self.build_from_source = build_from_source
+        self.flash_sources = flash_sources or tuple(flashsource.default_sources(str(wheelhouse) if wheelhouse else None, build_from_source))
         self.settings = settings or read_pip_settings()
         self.running: set[Any] = set()
         self.lock = threading.Lock()
@@ -150,7 +152,7 @@ class DockerBackend:
             "TRANSFORMERS": env.transformers,
             "PEFT": PEFT,
             "FLASH_ATTN": env.flash_attn,
-            "FLASH_ATTN_BUILD_FROM_SOURCE": "1" if self.build_from_source else "0",
+            "FLASH_ATTN_SOURCES": " ".join(self.flash_sources),
             "PIP_EXTRA_INDEX_URL": " ".join(_http_only(self.settings.extra_index_urls)),
         }
         if not args["BASE_IMAGE"]:

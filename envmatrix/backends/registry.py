@@ -27,8 +27,9 @@ class BackendOptions:
 def _venv(o: BackendOptions) -> Backend:
     from .venv import VenvBackend
 
+    wheelhouse = (o.base / o.profile.wheelhouse) if o.profile.wheelhouse else None
     try:
-        return VenvBackend(o.venvs)
+        return VenvBackend(o.venvs, flash_sources=o.profile.flash_attn_sources, wheelhouse=wheelhouse)
     except BuildFailed as exc:
         raise BackendError(str(exc)) from None
 
@@ -45,7 +46,9 @@ def _docker(o: BackendOptions) -> Backend:
     wheelhouse = (o.base / o.profile.wheelhouse) if o.profile.wheelhouse else None
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise InputError(f"wheelhouse {wheelhouse}: no such folder (profiles.{o.profile_name}.wheelhouse)")
-    return DockerBackend(base_images=o.profile.base_images, wheelhouse=wheelhouse, build_from_source=o.profile.build_from_source)
+    return DockerBackend(
+        base_images=o.profile.base_images, wheelhouse=wheelhouse, build_from_source=o.profile.build_from_source, flash_sources=o.profile.flash_attn_sources
+    )
 
 
 BACKENDS: dict[str, Callable[[BackendOptions], Backend]] = {"venv": _venv, "host": _host, "docker": _docker}

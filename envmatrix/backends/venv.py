@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from .. import catalog
+from .. import elfarch, flashsource
 from ..cells import Environment
 from ..hostinfo import detect_gpus
 from ..jsonio import read_json
@@ -29,7 +29,6 @@ from . import BuildFailed, Prepared, ProcessBackend
 
 PEFT = "peft==0.21.2"
 MARKER = ".envmatrix.json"
-FLASH_RELEASES = "https://github.com/Dao-AILab/flash-attention/releases/download"
 STEP_TIMEOUT_S = 3600
 
 
@@ -50,8 +49,12 @@ class VenvBackend(ProcessBackend):
 
     name = "venv"
 
-    def __init__(self, root: Path, *, use_uv: bool | None = None, settings: PipSettings | None = None) -> None:
+    def __init__(
+        self, root: Path, *, use_uv: bool | None = None, settings: PipSettings | None = None,
+        flash_sources: tuple[str, ...] = flashsource.DEFAULT_SOURCES, wheelhouse: Path | None = None,
+    ) -> None:  # fmt: skip
         self.root = root
+        self.flash_sources, self.wheelhouse = flash_sources, wheelhouse
         self.uv = find_uv() if use_uv is not False else None
         if use_uv and self.uv is None:
             raise BuildFailed("uv was asked for but is not installed (python3 -m pip install uv)")
@@ -84,8 +87,7 @@ class VenvBackend(ProcessBackend):
                 shutil.rmtree(target, ignore_errors=True)
                 self._create(env, target, out)
                 self._install(env, python, out)
-                if env.flash_attn != "none":
-                    self._install_flash(env, python, out)
+                flash = self._install_flash(env, python, out) if env.flash_attn != "none" else None
                 freeze = self._freeze(python, out)
             facts: dict[str, object] = {
                 "inputs": key,
@@ -96,6 +98,7 @@ class VenvBackend(ProcessBackend):
                 "index_url": self.settings.index_url,
                 "extra_index_urls": list(self.settings.extra_index_urls),
                 "find_links": list(self.settings.find_links),
+                "flash_attn": flash,
             }
             (target / MARKER).write_text(json.dumps(facts, indent=2))
             return Prepared(str(python), float(str(facts["seconds"])), False, facts=facts, env=_cell_env())
@@ -126,15 +129,23 @@ class VenvBackend(ProcessBackend):
     def _install(self, env: Environment, python: Path, out: IO[bytes]) -> None:
         _step("install torch, transformers, peft", [*self._pip(python), *self.requirements(env)], out)
 
-    def _install_flash(self, env: Environment, python: Path, out: IO[bytes]) -> None:
+    def _install_flash(self, env: Environment, python: Path, out: IO[bytes]) -> dict[str, object]:
         """flash-attn's wheel name depends on the installed torch (version, CUDA, C++ ABI): read them there."""
         probe = "import torch,sys; print(torch.__version__.split('+')[0], torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI))"
         got = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300)
         if got.returncode != 0:
             raise BuildFailed(f"read torch's build: {got.stderr.strip()[-500:]}")
         torch_version, cuda, abi = got.stdout.split()
-        wheel = catalog.flash_wheel_name(env.flash_attn, torch_version, cuda, env.python, abi_flag=abi == "1")
-        _step("install flash-attn wheel", [*self._pip(python), f"{FLASH_RELEASES}/v{env.flash_attn}/{wheel}"], out)
+        try:
+            pick = flashsource.choose(
+                env.flash_attn, torch=torch_version, cuda=cuda, python=env.python, abi=abi == "1", sources=self.flash_sources, wheelhouse=self.wheelhouse
+            )
+            local = flashsource.fetch(pick, self.root / ".flash-wheels")
+        except flashsource.NoFlashSource as exc:
+            raise BuildFailed(f"install flash-attn: {exc}") from None
+        _step(f"install flash-attn ({pick.source})", [*self._pip(python), *([str(local)] if local else pick.install_args())], out)
+        site = next(python.parent.parent.glob("lib/python*/site-packages"), python.parent)
+        return {**flashsource.build_facts(pick, local), "gpu_archs": elfarch.library_facts(site)}
 
     def _freeze(self, python: Path, out: IO[bytes]) -> list[str]:
         cmd = [self.uv, "pip", "freeze", "--python", str(python)] if self.uv else [str(python), "-m", "pip", "freeze"]
