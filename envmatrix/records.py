@@ -102,6 +102,7 @@ class BuildFacts:
     base_image: str | None = None
     base_image_id: str | None = None
     build_args: Mapping[str, str] = field(default_factory=dict)
+    flash_attn: Mapping[str, Any] | None = None  # the installed file, its sha256, source, origin and GPU archs
 
     def pins(self) -> list[str]:
         """The frozen `name==version` lines (editable and URL lines left out)."""
@@ -450,7 +451,22 @@ def _build(r: _Reader, data: Any) -> BuildFacts | None:
         base_image=r.text(b, "base_image", where, optional=True, limit=512),
         base_image_id=r.text(b, "base_image_id", where, optional=True, limit=512),
         build_args=args,
+        flash_attn=_flash(r, b.get("flash_attn")),
     )
+
+
+def _flash(r: _Reader, data: Any) -> Mapping[str, Any] | None:
+    if data is None:
+        return None
+    f = r.obj(data, "environment.build.flash_attn")
+    for key in ("file", "sha256", "source", "origin"):
+        r.text(f, key, "environment.build.flash_attn", optional=True, limit=4096)
+    archs = r.obj(f.get("gpu_archs"), "environment.build.flash_attn.gpu_archs", optional=True)
+    for kind in ("sass", "ptx"):
+        values = archs.get(kind) or []
+        if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise r.fail(f"environment.build.flash_attn.gpu_archs.{kind}", "expected a list of whole numbers")
+    return f
 
 
 def build_facts(raw: Mapping[str, object]) -> BuildFacts:
@@ -583,7 +599,9 @@ def json_schema() -> dict[str, Any]:
         return obj(props, required)
 
     cell = from_dataclass(CellInfo, {"scenario_settings": any_obj, "expect": {"enum": [*OUTCOME_NAMES, None]}})
-    build = from_dataclass(BuildFacts, {"build_args": {"type": "object", "additionalProperties": {"type": "string"}}})
+    build = from_dataclass(
+        BuildFacts, {"build_args": {"type": "object", "additionalProperties": {"type": "string"}}, "flash_attn": {"type": ["object", "null"]}}
+    )
     outcome = obj(
         {
             "class": {"enum": list(OUTCOME_NAMES)},

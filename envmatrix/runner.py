@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import __version__, execute
+from . import __version__, catalog, elfarch, execute
 from .backends import Backend, BuildFailed, Prepared
 from .cells import SKIPPED, Cell
 from .classify import classify, control_status, decided, signal_number
@@ -221,6 +221,9 @@ class Runner:
             return self.new_record(cell, "build_failed", verdict, started=started, log=LogRef(str(log), log_tail(log)))
         if self.gpus is not None and cell.scenario.world_size > self.gpu_count:
             return self.skipped(cell, f"needs {cell.scenario.world_size} GPUs; this runner has {self.gpu_count}", "runner")
+        missing = _kernels_missing(ready, cell)
+        if missing is not None:  # the wheel cannot run here: say so before any training starts
+            return self.new_record(cell, "done", decided("unsupported_gpu", missing, "elf_archs"), started=started, build=build_facts(ready.facts))
         gpu_ids = self.gpus.take(cell.scenario.world_size) if self.gpus is not None else []
         try:
             record = self._execute(cell, ready, gpu_ids, started)
@@ -351,6 +354,16 @@ class Runner:
 
     def _tally(self) -> str:
         return " ".join(f"{glyph(k)}{k}:{v}" for k, v in sorted(self.tally.items()))
+
+
+def _kernels_missing(ready: Prepared, cell: Cell) -> str | None:
+    """Evidence that the environment's flash-attn binary has no kernels for the cell's GPU, read from
+    the installed ELF (None when it covers it, or nothing could be read)."""
+    flash = ready.facts.get("flash_attn")
+    gpu = catalog.GPUS.get(cell.env.gpu)
+    if not isinstance(flash, dict) or gpu is None:
+        return None
+    return elfarch.unsupported_for(flash.get("gpu_archs"), gpu.compute_capability, cell.env.gpu)
 
 
 def _append_traceback(log: Path, headline: str) -> None:

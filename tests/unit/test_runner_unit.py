@@ -207,3 +207,20 @@ def test_timeouts_are_not_cached_as_final(tmp_path: Path) -> None:
     assert first.records[0].klass == "timeout"
     second = runner(tmp_path, FakeBackend(), timeout=600).run(plan, "cpu")
     assert second.ran == 1 and second.records[0].klass == "ok"
+
+
+def test_a_flash_attn_binary_without_kernels_for_the_gpu_is_unsupported_before_training(tmp_path: Path) -> None:
+    class Sm80Wheel(FakeBackend):
+        def prepare(self, build: Build, log: Path) -> Prepared:
+            facts = {"tool": "fake", "flash_attn": {"file": "flash_attn-2.8.3.whl", "sha256": "a" * 64, "gpu_archs": {"sass": [80], "ptx": []}}}
+            return Prepared(python="python", seconds=0.1, reused=False, facts=facts)
+
+    backend = Sm80Wheel()
+    backend.seen = "B200"
+    (rec,) = runner(tmp_path, backend, gpu_count=1).run(cells(env(gpu="B200")), "B200").records
+    assert rec.klass == "unsupported_gpu" and "sm100" in rec.outcome.evidence and "sm80" in rec.outcome.evidence
+    assert backend.ran == []  # nothing trained
+    assert rec.build is not None and rec.build.flash_attn is not None and rec.build.flash_attn["sha256"] == "a" * 64
+    backend.seen = "A100"
+    (ok,) = runner(tmp_path / "a100", backend, gpu_count=1).run(cells(env(gpu="A100")), "A100").records
+    assert ok.klass == "ok"
