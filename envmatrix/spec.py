@@ -19,15 +19,20 @@ from packaging.version import InvalidVersion, Version
 from . import catalog
 from .errors import SpecError
 from .outcomes import EXPECTABLE
+from .patterns import MAX_PATTERNS
+from .patterns import check as pattern_bounds
 from .yamlsrc import Path_, Source, load_yaml
 
 AXES: tuple[str, ...] = ("cuda", "torch", "transformers", "flash_attn", "gpu", "python")
 
-_SAFE = re.compile(r"^[A-Za-z0-9._+-]+$")
-_PEP440 = re.compile(r"^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?$")
-_CUDA = re.compile(r"^[0-9]+\.[0-9]+$")
-_PYTHON = re.compile(r"^3\.[0-9]+$")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+# Always used with fullmatch: `$` also matches before a final newline, and "2.5.1\n" must not pass.
+_SAFE = re.compile(r"[A-Za-z0-9._+-]+")
+_PEP440 = re.compile(r"[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?")
+_CUDA = re.compile(r"[0-9]+\.[0-9]+")
+_PYTHON = re.compile(r"3\.[0-9]+")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+MAX_CELLS = 100_000  # environments × scenarios in one profile: a real matrix has a few thousand
+MAX_RULES = 256  # include or exclude entries in one profile
 
 
 @dataclass(frozen=True)
@@ -121,13 +126,15 @@ def _bad_chars(value: str) -> str:
 
 def check_version(value: str, example: str = "2.5.1") -> str | None:
     """PEP 440 release versions only, and nothing a shell or Dockerfile could interpret."""
-    if not _SAFE.match(value):
+    if len(value) > 64:
+        return f"a version of {len(value)} characters; write a PEP 440 version such as {example}"
+    if not _SAFE.fullmatch(value):
         return f"'{value}' is not a version: {_bad_chars(value)}; write a PEP 440 version such as {example}"
     try:
         Version(value)
     except InvalidVersion:
         return f"'{value}' is not a PEP 440 version; write one such as {example}"
-    if not _PEP440.match(value):
+    if not _PEP440.fullmatch(value):
         return f"'{value}' is not in canonical PEP 440 form; write one such as {example}"
     return None
 
@@ -136,7 +143,8 @@ def check_pattern(value: str) -> str | None:
     """An fnmatch pattern over names and versions: their characters plus `*`, `?` and brace lists."""
     allowed = r"[A-Za-z0-9._+*?{},/-]"
     if re.fullmatch(allowed + "+", value):
-        return None
+        bound = pattern_bounds(value)
+        return f"'{value[:80]}': {bound}" if bound else None
     bad = _offending(value, allowed)
     return f"'{value}' is not a pattern: it contains {bad}; use names, versions, '*', '?' and {{a,b}}"
 
@@ -144,9 +152,9 @@ def check_pattern(value: str) -> str | None:
 def _check_cuda(value: str) -> str | None:
     if value == "none":
         return None
-    if not _SAFE.match(value):
+    if not _SAFE.fullmatch(value):
         return f"'{value}' is not a CUDA version: {_bad_chars(value)}; write MAJOR.MINOR such as 12.4, or none"
-    if not _CUDA.match(value):
+    if not _CUDA.fullmatch(value):
         return f"'{value}' is not a CUDA version; write MAJOR.MINOR such as 12.4 (quote it), or none for CPU builds"
     return None
 
@@ -156,9 +164,9 @@ def _check_flash(value: str) -> str | None:
 
 
 def _check_python(value: str) -> str | None:
-    if not _SAFE.match(value):
+    if not _SAFE.fullmatch(value):
         return f"'{value}' is not a Python version: {_bad_chars(value)}; write 3.MINOR such as 3.11"
-    return None if _PYTHON.match(value) else f"'{value}' is not a Python version; write 3.MINOR such as 3.11"
+    return None if _PYTHON.fullmatch(value) else f"'{value}' is not a Python version; write 3.MINOR such as 3.11"
 
 
 def _check_gpu(value: str) -> str | None:
@@ -254,6 +262,18 @@ class _Checker:
                 out.append(text)
         return tuple(out)
 
+    def entries(self, value: Any, path: Path_) -> list[Any]:
+        """An include/exclude list: a list of at most MAX_RULES entries (nothing is an empty list)."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.err(path, f"must be a list of entries (- {{axis: value, ...}}), got {_kind(value)}")
+            return []
+        if len(value) > MAX_RULES:
+            self.err(path, f"{len(value)} entries, more than {MAX_RULES}; use patterns ('*', '?') to say it in fewer")
+            return []
+        return value
+
     def scalar(self, name: str, value: Any, path: Path_) -> Any:
         """Convert one scenario field to its declared type, or record why it cannot be."""
         want = SCENARIO_FIELDS[name]
@@ -273,7 +293,7 @@ class _Checker:
         elif want is float:
             try:
                 number = float(value)
-            except ValueError:
+            except (ValueError, OverflowError):
                 self.err(path, f"must be a number, got {value!r}")
                 return None
         else:
@@ -289,14 +309,21 @@ class _Checker:
         return number
 
 
+def _product(sizes: Any) -> int:
+    total = 1
+    for size in sizes:
+        total *= size
+    return total
+
+
 def _kind(value: Any) -> str:
     return {dict: "a mapping", list: "a list", bool: "a boolean", type(None): "nothing"}.get(type(value), type(value).__name__)
 
 
 TOP_KEYS = ("version", "profiles", "scenarios")
 PROFILE_KEYS = (*AXES, "scenarios", "include", "exclude", "select", "skip", "build_from_source", "description", "base_images", "wheelhouse")
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?$")
-_PATH = re.compile(r"^[A-Za-z0-9._/~+-]+$")
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?")
+_PATH = re.compile(r"[A-Za-z0-9._/~+-]{1,1024}")
 RULE_KEYS = (*AXES, "scenario", "reason")
 
 
@@ -308,7 +335,7 @@ def _scenarios(ck: _Checker, raw: Any) -> dict[str, Scenario]:
     allowed = tuple(n for n in SCENARIO_FIELDS if n != "name")
     for name, body in raw.items():
         path: Path_ = ("scenarios", name)
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             ck.err(path, f"scenario name '{name}' must be lower-case letters, digits, '.', '_' or '-' (it goes into cell ids)")
             continue
         body = {} if body is None else body
@@ -346,7 +373,7 @@ def _glob(pattern: str) -> str:
 
 def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) -> Profile | None:
     path: Path_ = ("profiles", name)
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         ck.err(path, f"profile name '{name}' must be lower-case letters, digits, '.', '_' or '-'")
     values = ck.mapping(raw, path, PROFILE_KEYS, required=AXES)
     axes = {axis: ck.string_list(values[axis], (*path, axis), AXIS_CHECKS[axis]) for axis in AXES if axis in values}
@@ -356,7 +383,7 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
         if s not in scenarios:
             ck.err((*path, "scenarios", i), f"scenario '{s}' is not defined under scenarios:{_did_you_mean(s, names)}")
     include: list[dict[str, str]] = []
-    for i, entry in enumerate(values.get("include", []) or []):
+    for i, entry in enumerate(ck.entries(values.get("include"), (*path, "include"))):
         ipath = (*path, "include", i)
         body = ck.mapping(entry, ipath, AXES)
         env: dict[str, str] = {}
@@ -373,8 +400,14 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
                 ck.err(ipath, f"missing '{axis}' (the profile has several values for it; name one)")
         if len(env) == len(AXES):
             include.append(env)
-    exclude = [_rule(ck, r, (*path, "exclude", i), names) for i, r in enumerate(values.get("exclude", []) or [])]
+    exclude = [_rule(ck, r, (*path, "exclude", i), names) for i, r in enumerate(ck.entries(values.get("exclude"), (*path, "exclude")))]
     patterns = {key: ck.string_list(values.get(key, []), (*path, key), check_pattern, allow_empty=True) for key in ("select", "skip")}
+    for key, pats in patterns.items():
+        if len(pats) > MAX_PATTERNS:
+            ck.err((*path, key), f"{len(pats)} patterns, more than {MAX_PATTERNS}; use '*' and brace lists to say it in fewer")
+    cells = len(chosen) * (len(include) + _product(len(v) for v in axes.values()))
+    if len(axes) == len(AXES) and cells > MAX_CELLS:
+        ck.err(path, f"{cells:,} cells (axes × scenarios), more than {MAX_CELLS:,}; split it into profiles or narrow the axes")
     base_images: dict[str, str] = {}
     raw_images = values.get("base_images", {}) or {}
     if not isinstance(raw_images, dict):
@@ -385,12 +418,12 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
             problem = _check_cuda(cuda)
             if problem:
                 ck.err(ipath, problem)
-            elif not isinstance(image, str) or not _IMAGE.match(image):
+            elif not isinstance(image, str) or not _IMAGE.fullmatch(image):
                 ck.err(ipath, f"{image!r} is not an image reference such as nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04[@sha256:<64 hex>]")
             else:
                 base_images[cuda] = image
     wheelhouse = values.get("wheelhouse")
-    if wheelhouse is not None and (not isinstance(wheelhouse, str) or not _PATH.match(wheelhouse)):
+    if wheelhouse is not None and (not isinstance(wheelhouse, str) or not _PATH.fullmatch(wheelhouse)):
         ck.err((*path, "wheelhouse"), f"{wheelhouse!r} is not a plain folder path (letters, digits, '.', '_', '/', '-')")
         wheelhouse = None
     bfs = values.get("build_from_source", False)

@@ -9,7 +9,7 @@ from typing import Any
 from envmatrix import plan
 from envmatrix.cells import SKIPPED, expand, matches
 from envmatrix.spec import load
-from envmatrix.yamlsrc import expand_braces
+from envmatrix.patterns import expand_braces
 
 Make = Callable[..., Path]
 
