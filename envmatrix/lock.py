@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .jsonio import write_json_atomic
+from .jsonio import write_json_atomic, write_text_atomic
 from .vetting import best, vetted_environments
 
 
@@ -112,8 +112,8 @@ def write_lock(records: list[dict[str, Any]], out_root: Path, env_id: str | None
     entries = pip_report(pins, build)
     folder: Path = out_root / "locks" / str(choice["env"])
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "requirements.lock").write_text(requirements_lock(entries, choice["env"]))
-    (folder / "pylock.toml").write_text(pylock_toml(entries, choice["python"]))
+    write_text_atomic(folder / "requirements.lock", requirements_lock(entries, choice["env"]))
+    write_text_atomic(folder / "pylock.toml", pylock_toml(entries, choice["python"]))
     write_json_atomic(
         folder / "sources.json",
         {

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from . import __version__
+from .jsonio import write_text_atomic
 from .outcomes import glyph
 from .records import load_records
 from .vetting import vetted_environments
@@ -177,9 +178,9 @@ def write_report(results: list[Path], out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     frame = results_frame(records)
     paths = report_paths(out)
-    frame.to_csv(paths["csv"], index=False)
-    frame.to_json(paths["json"], orient="records", indent=2)
+    write_text_atomic(paths["csv"], frame.to_csv(index=False))
+    write_text_atomic(paths["json"], frame.to_json(orient="records", indent=2))
     locks_dir = out / "locks"
     locks = {p.name: str(p.relative_to(out)) for p in sorted(locks_dir.iterdir())} if locks_dir.is_dir() else {}
-    paths["html"].write_text(render_html(records, locks), encoding="utf-8")
+    write_text_atomic(paths["html"], render_html(records, locks))
     return paths

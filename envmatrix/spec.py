@@ -31,7 +31,7 @@ _PEP440 = re.compile(r"[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0
 _CUDA = re.compile(r"[0-9]+\.[0-9]+")
 _PYTHON = re.compile(r"3\.[0-9]+")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
-MAX_CELLS = 100_000  # environments × scenarios in one profile: a real matrix has a few thousand
+MAX_CELLS = 50_000  # environments × scenarios in one profile: a real matrix has a few thousand
 MAX_RULES = 256  # include or exclude entries in one profile
 
 
@@ -449,7 +449,9 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
 def parse(src: Source) -> Spec:
     """Validate a loaded document; raise SpecError listing every problem."""
     ck = _Checker(src)
-    top = ck.mapping(src.data, (), TOP_KEYS, required=("profiles", "scenarios"))
+    # Top-level `x-…` keys are ignored (Compose's convention): a place for anchors such as `x-defaults: &d {...}`.
+    extensions = tuple(k for k in src.data if k.startswith("x-")) if isinstance(src.data, dict) else ()
+    top = ck.mapping(src.data, (), (*TOP_KEYS, *extensions), required=("profiles", "scenarios"))
     if "version" in top and top["version"] != 1:
         ck.err(("version",), f"unsupported matrix version {top['version']!r}; this envmatrix reads version 1")
     scenarios = _scenarios(ck, top.get("scenarios")) if "scenarios" in top else {}

@@ -21,7 +21,7 @@ from .errors import InputError, SpecError, printable
 
 Path_ = tuple[str | int, ...]
 
-MAX_BYTES = 1 << 20  # a matrix file is a few KiB; 1 MiB is far beyond any real one
+MAX_BYTES = 256 << 10  # a matrix file is a few KiB; PyYAML reads about 100-200 KiB/s
 MAX_DEPTH = 32  # matrix.yaml nests five levels deep
 MAX_NODES = 100_000  # values after alias expansion
 MAX_INT_DIGITS = 30  # the largest number any field takes is 2**31 - 1
