@@ -36,7 +36,10 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_LIMIT, ADDRESS_LIMIT))
 
 
-def run_bounded(args: list[str], *, stdin: int | IO[bytes] | None = subprocess.DEVNULL, stdout: int | IO[bytes] | None = None, cwd: Path | None = None) -> Ended:
+Stream = int | IO[bytes] | None
+
+
+def run_bounded(args: list[str], *, stdin: Stream = subprocess.DEVNULL, stdout: Stream = None, cwd: Path | None = None) -> Ended:
     """`python -m envmatrix ARGS` (or `python ARGS` when args[0] is `-c`), bounded and measured."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     cmd = [sys.executable, *args] if args and args[0] == "-c" else [sys.executable, "-m", "envmatrix", *args]

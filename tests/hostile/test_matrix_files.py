@@ -49,13 +49,16 @@ def base_text() -> str:
 
 FIXED = {
     "alias-bomb": (alias_bomb(9, 9), "expands to more than"),
-    "alias-bomb-in-mapping": ("k0: &k0 {a: 1, b: 2, c: 3, d: 4}\n" + "".join(f"k{i}: &k{i} {{a: *k{i - 1}, b: *k{i - 1}, c: *k{i - 1}, d: *k{i - 1}}}\n" for i in range(1, 12)), "expands to more than"),
+    "alias-bomb-in-mapping": (
+        "k0: &k0 {a: 1, b: 2, c: 3, d: 4}\n" + "".join(f"k{i}: &k{i} {{a: *k{i - 1}, b: *k{i - 1}, c: *k{i - 1}, d: *k{i - 1}}}\n" for i in range(1, 12)),
+        "expands to more than",
+    ),
     "recursive-alias": ("a: &a [*a]\n", "recursive alias"),
     "recursive-merge": ("a: &a {<<: *a}\n", "recursive alias"),
     "deep-flow-lists": ("profiles: " + "[" * 20000 + "]" * 20000 + "\n", "nested more than"),
     "deep-flow-maps": ("profiles: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", "nested more than"),
     "deep-block-lists": ("".join("  " * i + "-\n" for i in range(400)), "nested more than"),
-    "deep-by-aliases": ("a0: &a0 [[[[[[[[[[[[x]]]]]]]]]]]]\n" + "".join(f"a{i}: &a{i} [[[[[[[[[[[[*a{i - 1}]]]]]]]]]]]]\n" for i in range(1, 20)), "levels deep"),
+    "deep-by-aliases": ("a0: &a0 " + "[" * 12 + "x" + "]" * 12 + "\n" + "".join(f"a{i}: &a{i} {'[' * 12}*a{i - 1}{']' * 12}\n" for i in range(1, 20)), "deep"),  # noqa: E501
     "huge-integer": ("version: " + "9" * 5000 + "\n", "a number of 5,000 characters"),
     "huge-integer-in-field": (base_text().replace("steps: 2", "steps: " + "1" * 4000, 1), "a number of 4,000 characters"),
     "float-overflow": (base_text().replace("steps: 2", "steps: 2, temperature: 1e999", 1), "out of range"),
@@ -64,7 +67,7 @@ FIXED = {
     "merge-of-a-number": ("version: 1\nprofiles: {<<: 5}\nscenarios: {a: {}}\n", "merge key"),
     "include-a-number": (base_text().replace("  cpu:\n", "  cpu:\n    include: 5\n", 1), "include: must be a list"),
     "exclude-true": (base_text().replace("  cpu:\n", "  cpu:\n    exclude: true\n", 1), "exclude: must be a list"),
-    "trailing-newline-version": (base_text().replace("  cpu:\n", '  cpu:\n    torch: ["2.13.0\\n"]\n', 1).replace("torch: [2.13.0]", "", 1), "'2.13.0\\n' is not a version"),
+    "trailing-newline-version": (base_text().replace("torch: [2.13.0]", 'torch: ["2.13.0\\n"]', 1), "'2.13.0\\n' is not a version"),
     "list-as-key": ("? [a, b]\n: 1\n", "a key must be a plain name"),
     "brace-bomb-select": (base_text().replace("  cpu:\n", "  cpu:\n    select: ['" + "{a,b}" * 30 + "']\n", 1), "expand to more than"),
     "thousands-of-skips": (base_text().replace("  cpu:\n", "  cpu:\n    skip: [" + ", ".join(f"'x{i}*'" for i in range(5000)) + "]\n", 1), "more than 1000"),
@@ -177,7 +180,13 @@ def test_generated_documents_fail_cleanly(tmp_path_factory: pytest.TempPathFacto
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8), lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4), max_leaves=40))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4),
+        max_leaves=40,
+    )
+)
 def test_random_values_in_every_profile_field(tmp_path_factory: pytest.TempPathFactory, junk: object) -> None:
     """Property: any YAML value in any profile or scenario field gives a matrix or an error naming it, never a traceback."""
     base = yaml.safe_load(base_text())
