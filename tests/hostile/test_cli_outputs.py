@@ -79,8 +79,7 @@ def test_stdout_on_a_full_device() -> None:
 
 
 CLOSED_STDIN = (
-    "import os, subprocess, sys; "
-    "subprocess.run([sys.executable, '-m', 'envmatrix', 'classify', '-'], stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0))"
+    "import os, subprocess, sys; subprocess.run([sys.executable, '-m', 'envmatrix', 'classify', '-'], stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0))"
 )
 
 

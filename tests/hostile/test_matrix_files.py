@@ -58,7 +58,7 @@ FIXED = {
     "deep-flow-lists": ("profiles: " + "[" * 20000 + "]" * 20000 + "\n", "nested more than"),
     "deep-flow-maps": ("profiles: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", "nested more than"),
     "deep-block-lists": ("".join("  " * i + "-\n" for i in range(400)), "nested more than"),
-    "deep-by-aliases": ("a0: &a0 " + "[" * 12 + "x" + "]" * 12 + "\n" + "".join(f"a{i}: &a{i} {'[' * 12}*a{i - 1}{']' * 12}\n" for i in range(1, 20)), "deep"),  # noqa: E501
+    "deep-by-aliases": ("a0: &a0 " + "[" * 12 + "x" + "]" * 12 + "\n" + "".join(f"a{i}: &a{i} {'[' * 12}*a{i - 1}{']' * 12}\n" for i in range(1, 20)), "deep"),
     "huge-integer": ("version: " + "9" * 5000 + "\n", "a number of 5,000 characters"),
     "huge-integer-in-field": (base_text().replace("steps: 2", "steps: " + "1" * 4000, 1), "a number of 4,000 characters"),
     "float-overflow": (base_text().replace("steps: 2", "steps: 2, temperature: 1e999", 1), "out of range"),
