@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import catalog
+from .errors import InputError
+from .patterns import PatternError, compile_selection
 from .spec import AXES, Profile, Rule, Scenario, Spec
-from .yamlsrc import expand_braces
 
 PLANNED = "planned"
 SKIPPED = "skipped"
@@ -82,11 +83,8 @@ class Cell:
 
 def matches(cell_id: str, patterns: Iterable[str]) -> bool:
     """Whether a cell id matches any fnmatch pattern (braces expand: `*/{fp32,bf16}-sdpa`)."""
-    for pattern in patterns:
-        for alt in expand_braces(pattern):
-            if fnmatch.fnmatchcase(cell_id, alt) or fnmatch.fnmatchcase(cell_id, alt + "/*"):
-                return True
-    return False
+    compiled = compile_selection(patterns)
+    return compiled is not None and compiled.match(cell_id) is not None
 
 
 def _rule_matches(rule: Rule, env: Environment, scenario: Scenario) -> bool:
@@ -104,19 +102,24 @@ def environments(profile: Profile) -> list[Environment]:
 def expand(spec: Spec, profile_name: str, *, only: Iterable[str] = (), skip: Iterable[str] = (), gpu: str | None = None) -> list[Cell]:
     """All cells of a profile, with catalog and exclude-rule skips, narrowed by select/skip patterns and GPU."""
     profile = spec.profiles[profile_name]
-    select = tuple(profile.select) + tuple(only)
-    unselect = tuple(profile.skip) + tuple(skip)
+    try:
+        select = compile_selection((*profile.select, *only))
+        unselect = compile_selection((*profile.skip, *skip))
+    except PatternError as exc:
+        raise InputError(f"selection: {exc}") from None
     cells: list[Cell] = []
     for env in environments(profile):
         if gpu is not None and env.gpu != gpu:
             continue
-        env_reasons = catalog.environment_reasons(**env.axes(), build_from_source=profile.build_from_source)
+        # A wheelhouse may hold wheels the releases page lacks: its coverage is then checked at install time.
+        off_page = profile.build_from_source or "wheelhouse" in profile.flash_attn_sources
+        env_reasons = catalog.environment_reasons(**env.axes(), build_from_source=off_page)
         for name in profile.scenarios:
             scenario = spec.scenarios[name]
             cell = Cell(env, scenario)
-            if select and not matches(cell.id, select):
+            if select is not None and not select.match(cell.id):
                 continue
-            if unselect and matches(cell.id, unselect):
+            if unselect is not None and unselect.match(cell.id):
                 continue
             reasons = list(env_reasons)
             reasons += catalog.scenario_reasons(attn=scenario.attn, dtype=scenario.dtype, flash_attn=env.flash_attn, gpu=env.gpu)

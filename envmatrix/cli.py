@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
+import math
 import os
 import re
 import sys
@@ -19,7 +22,7 @@ from .backends.registry import NAMES as BACKEND_NAMES
 from .backends.registry import BackendOptions, choose, make_backend
 from .cells import SKIPPED, Cell, expand
 from .classify import RunFacts, classify, control_status
-from .errors import EnvmatrixError, InputError
+from .errors import BackendError, EnvmatrixError, InputError, OutputError, SpecError, printable
 from .execute import probe_command, run_logged
 from .hostinfo import default_profile, detect_gpus
 from .lock import write_lock
@@ -30,7 +33,7 @@ from .resolve import Outcome, resolve_cells, unreachable_error
 from .runfacts import gather
 from .runner import Paths, Runner
 from .shard import shard
-from .spec import Spec, load
+from .spec import Spec, check_pattern, load
 from .submit import SubmitError, fanout, write_files
 from .submit import github as gh_submit
 from .submit import k8s as k8s_submit
@@ -38,6 +41,42 @@ from .submit import slurm as slurm_submit
 from .summary import print_summary
 
 Handler = Callable[[argparse.Namespace], int]
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a reader that went away
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_JOBS = 256
+
+
+def seconds(text: str) -> float:
+    """--timeout: a finite number of seconds above 0 (0, negatives and nan would mean 'no time' or 'no limit')."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; write one such as 600") from None
+    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0 and at most {MAX_TIMEOUT_S:g} (a week), such as 600")
+    return value
+
+
+def jobs(text: str) -> int:
+    """--jobs: a whole number of cells at once, 1 to MAX_JOBS."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; write one such as 2") from None
+    if not 1 <= value <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of cells at once from 1 to {MAX_JOBS}")
+    return value
+
+
+def exit_code(text: str) -> int:
+    """--exit-code: a process's status, 0..255, or -N for signal N."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an exit status; write one such as 1, 136 or -8") from None
+    if not -255 <= value <= 255:
+        raise argparse.ArgumentTypeError(f"{text!r}: an exit status is 0 to 255 (or -N for signal N)")
+    return value
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
@@ -68,7 +107,11 @@ def take_shard(cells: list[Cell], which: tuple[int, int] | None) -> list[Cell]:
 
 
 def select_cells(args: argparse.Namespace, *, gpu: str | None) -> tuple[Spec, str, list[Cell]]:
-    """Load the matrix, resolve the profile and expand it with the command line's selection."""
+    """Load the matrix, resolve the profile and expand it with the command line's selection; a selection
+    that matches no cell is bad input (exit 2) for plan and run alike."""
+    bad = [f"--{flag} {problem}" for flag in ("only", "skip") for p in getattr(args, flag) if (problem := check_pattern(p))]
+    if bad:
+        raise SpecError(bad)
     spec = load(args.file)
     profile = default_profile(detect_gpus()) if args.profile == "auto" else args.profile
     if profile not in spec.profiles:
@@ -76,7 +119,13 @@ def select_cells(args: argparse.Namespace, *, gpu: str | None) -> tuple[Spec, st
     have = spec.profiles[profile].axes["gpu"]
     if gpu is not None and gpu not in have:
         raise InputError(f"--gpu {gpu}: profile '{profile}' has no such GPU; it has {', '.join(have)}")
-    return spec, profile, expand(spec, profile, only=args.only, skip=args.skip, gpu=gpu)
+    cells = expand(spec, profile, only=args.only, skip=args.skip, gpu=gpu)
+    if not cells:
+        given = [f"--{flag} {p}" for flag in ("only", "skip") for p in getattr(args, flag)] + ([f"--gpu {gpu}"] if gpu else [])
+        prof = spec.profiles[profile]
+        given += [f"{key}: in {args.file}" for key in ("select", "skip") if getattr(prof, key)]
+        raise InputError(f"profile '{profile}': the selection ({', '.join(given)}) matches no cell; list the ids with envmatrix plan --profile {profile}")
+    return spec, profile, cells
 
 
 def _warn(message: str) -> None:
@@ -128,7 +177,12 @@ def _print_resolutions(console: Console, outcome: Outcome) -> None:
 def cmd_classify(args: argparse.Namespace) -> int:
     """Classify a user's own training log: class, evidence line, remedy. Exit 0 whatever the class."""
     if args.log == "-":
-        scan = scan_stream(sys.stdin.buffer)
+        if sys.stdin is None:
+            raise InputError("standard input is closed; pipe a log in (… | envmatrix classify -) or pass the log's path")
+        try:
+            scan = scan_stream(sys.stdin.buffer)
+        except OSError as exc:
+            raise InputError(f"standard input: cannot read the log: {exc.strerror or exc}; pipe a log in or pass the log's path") from None
     else:
         try:
             with open(args.log, "rb") as fh:
@@ -226,6 +280,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(f"{report.ran} cells run, {report.cached} cached (unchanged inputs; --rerun forces), {report.other_gpus} left for other GPU types")
     outputs = report_paths(paths.root) if is_current(paths.results, paths.root) else write_report([paths.results], paths.root, _warn)
     console.print(f"report: {outputs['html']} (also {outputs['csv'].name}, {outputs['json'].name})")
+    attempted = [r for r in report.records if r.status != "skipped"]
+    if attempted and all(r.status == "build_failed" for r in attempted):
+        raise BackendError(
+            f"no environment could be prepared: all {len(attempted)} cells that should run failed to build; "
+            f"the build logs are in {paths.logs / 'builds'} (the report shows their tails)"
+        )
     return 0
 
 
@@ -342,9 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the matrix on this host: prepare environments, run cells, record and classify")
     _add_selection(p)
     p.add_argument("--backend", choices=BACKEND_NAMES, default="auto", help="how environments are made (default: venv)")
-    p.add_argument("--jobs", type=int, default=1, help="cells at once (on a GPU host each slot owns whole GPUs)")
+    p.add_argument("--jobs", type=jobs, default=1, help="cells at once (on a GPU host each slot owns whole GPUs)")
     p.add_argument("--rerun", action="store_true", help="run cells again even when their record is up to date")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per cell before its process group is killed")
+    p.add_argument("--timeout", type=seconds, default=600.0, help="seconds per cell before its process group is killed")
     p.add_argument("--reports", default="reports", help="output folder (records in results/, logs in logs/)")
     p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
     _add_shard(p)
@@ -380,34 +440,83 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_catalog)
     p = sub.add_parser("classify", help="tell which known failure a training log shows, with evidence and remedy")
     p.add_argument("log", help="the log file, or - for standard input")
-    p.add_argument("--exit-code", type=int, default=None, help="the run's exit status (-N or 128+N for signal N)")
+    p.add_argument("--exit-code", type=exit_code, default=None, help="the run's exit status (-N or 128+N for signal N)")
     p.add_argument("--json", action="store_true", help="print an object with class, evidence and remedy")
     p.set_defaults(func=cmd_classify)
     p = sub.add_parser("probe", help="run the GRPO smoke probe in this interpreter and classify it")
     p.add_argument("--file", default="matrix.yaml", help="the matrix file the scenario comes from")
     p.add_argument("--scenario", default="fp32-sdpa", help="scenario name in the matrix file (default fp32-sdpa)")
     p.add_argument("--out", default=None, help="output folder (default: a new temporary folder)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the probe is killed")
+    p.add_argument("--timeout", type=seconds, default=600.0, help="seconds before the probe is killed")
     p.add_argument("--json", action="store_true", help="print what it measured and the verdict as JSON")
     p.set_defaults(func=cmd_probe)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: exit status 0 on success, the error family's status otherwise."""
+    """Entry point: exit status 0 on success, the error family's status otherwise; never a traceback
+    (unless --debug). Output trouble is an error too: a reader that went away (`| head -1`) ends
+    quietly with 141, a full or unwritable output exits 2 naming it."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler = args.func
     try:
-        return handler(args)
+        code = handler(args)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a full device or a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _drop_stdout()
+        return EXIT_BROKEN_PIPE
     except EnvmatrixError as exc:
         if args.debug:
             raise
-        print(f"envmatrix: error: {exc}", file=sys.stderr)
+        _error(exc)
         return exc.exit_code
+    except OSError as exc:
+        if args.debug:
+            raise
+        _drop_stdout()
+        err = OutputError(_os_problem(exc))
+        _error(err)
+        return err.exit_code
     except KeyboardInterrupt:
         print("envmatrix: interrupted", file=sys.stderr)
         return 130
+
+
+def _os_problem(exc: OSError) -> str:
+    """An OSError that no command turned into its own message: the path, the reason, what to do."""
+    where = f"{exc.filename}: " if exc.filename else "standard output: " if exc.errno in (errno.ENOSPC, errno.EIO, errno.EBADF) else ""
+    hint = {
+        errno.ENOSPC: "free some space or write elsewhere",
+        errno.EDQUOT: "free some space or write elsewhere",
+        errno.EACCES: "choose a folder you can write (--out, --reports)",
+        errno.EPERM: "choose a folder you can write (--out, --reports)",
+        errno.EROFS: "choose a folder on a writable file system (--out, --reports)",
+        errno.EEXIST: "it is a file where a folder is needed; choose another --out/--reports",
+        errno.ENOTDIR: "part of the path is a file, not a folder; choose another --out/--reports",
+        errno.EISDIR: "it is a folder where a file is needed",
+    }.get(exc.errno or 0, "check the path and the disk")
+    return f"{where}{exc.strerror or exc}; {hint}"
+
+
+def _error(exc: EnvmatrixError) -> None:
+    """Print an error with control characters escaped: names from files must not drive the terminal."""
+    lines = exc.problems if isinstance(exc, SpecError) else str(exc).split("\n")
+    text = "\n".join(printable(line) for line in lines)
+    with contextlib.suppress(OSError):  # stderr itself gone: the exit status is all that is left to say it
+        print(f"envmatrix: error: {text}", file=sys.stderr)
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null so the interpreter's final flush cannot fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

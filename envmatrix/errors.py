@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 
 class EnvmatrixError(Exception):
     """Base: a message saying what failed, where, and what to do; `exit_code` is the CLI's status."""
@@ -35,3 +37,22 @@ class Interrupted(EnvmatrixError):
     """The user stopped the run (Ctrl-C); completed records were kept."""
 
     exit_code = 130
+
+
+class OutputError(EnvmatrixError):
+    """An output (a folder, a file, standard output) cannot be written: a path problem or a full disk."""
+
+    exit_code = 2
+
+
+def printable(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with control and format characters escaped (`\\x1b`, `\\u202e`): a name from a matrix
+    file or a record is echoed to a terminal, and must not drive it (colours, cursor moves, a hidden
+    or reversed word)."""
+    out = []
+    for ch in text:
+        if (ch == "\n" and keep_newlines) or unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(ch)
+        else:
+            out.append(ascii(ch)[1:-1])
+    return "".join(out)

@@ -1,39 +1,45 @@
-"""JSON files that survive crashes and concurrent writers: atomic writes, forgiving reads."""
+"""Artefacts that survive crashes, full disks and concurrent writers: atomic writes, forgiving reads."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
 from pathlib import Path
 from typing import Any
 
+from .errors import OutputError
 
-def write_json_atomic(path: Path, data: Any) -> None:
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write to a unique temporary file beside `path`, fsync, then rename over it: readers and other
-    writers see a whole file or the previous one, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with tmp.open("w") as fh:
-        json.dump(data, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """The same for a text artefact (lock files, HTML): a full disk leaves the previous file whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    writers see a whole file or the previous one, never a torn one. On any failure (a full disk, a
+    read-only folder) the temporary file is removed, the previous file is left as it was, and the
+    error is an OutputError naming the path."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        where = exc.filename if exc.filename and str(exc.filename) != str(tmp) else path
+        raise OutputError(f"{where}: cannot write: {exc.strerror or exc}; the previous file (if any) is unchanged") from None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """`write_bytes_atomic` for UTF-8 text."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """`write_bytes_atomic` for a JSON document (indented: records are read by people too)."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

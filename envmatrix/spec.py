@@ -19,15 +19,20 @@ from packaging.version import InvalidVersion, Version
 from . import catalog, flashsource
 from .errors import SpecError
 from .outcomes import EXPECTABLE
+from .patterns import MAX_PATTERNS
+from .patterns import check as pattern_bounds
 from .yamlsrc import Path_, Source, load_yaml
 
 AXES: tuple[str, ...] = ("cuda", "torch", "transformers", "flash_attn", "gpu", "python")
 
-_SAFE = re.compile(r"^[A-Za-z0-9._+-]+$")
-_PEP440 = re.compile(r"^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?$")
-_CUDA = re.compile(r"^[0-9]+\.[0-9]+$")
-_PYTHON = re.compile(r"^3\.[0-9]+$")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+# Always used with fullmatch: `$` also matches before a final newline, and "2.5.1\n" must not pass.
+_SAFE = re.compile(r"[A-Za-z0-9._+-]+")
+_PEP440 = re.compile(r"[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?")
+_CUDA = re.compile(r"[0-9]+\.[0-9]+")
+_PYTHON = re.compile(r"3\.[0-9]+")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+MAX_CELLS = 50_000  # environments × scenarios in one profile: a real matrix has a few thousand
+MAX_RULES = 256  # include or exclude entries in one profile
 
 
 @dataclass(frozen=True)
@@ -148,13 +153,15 @@ def _bad_chars(value: str) -> str:
 
 def check_version(value: str, example: str = "2.5.1") -> str | None:
     """PEP 440 release versions only, and nothing a shell or Dockerfile could interpret."""
-    if not _SAFE.match(value):
+    if len(value) > 64:
+        return f"a version of {len(value)} characters; write a PEP 440 version such as {example}"
+    if not _SAFE.fullmatch(value):
         return f"'{value}' is not a version: {_bad_chars(value)}; write a PEP 440 version such as {example}"
     try:
         Version(value)
     except InvalidVersion:
         return f"'{value}' is not a PEP 440 version; write one such as {example}"
-    if not _PEP440.match(value):
+    if not _PEP440.fullmatch(value):
         return f"'{value}' is not in canonical PEP 440 form; write one such as {example}"
     return None
 
@@ -163,7 +170,8 @@ def check_pattern(value: str) -> str | None:
     """An fnmatch pattern over names and versions: their characters plus `*`, `?` and brace lists."""
     allowed = r"[A-Za-z0-9._+*?{},/-]"
     if re.fullmatch(allowed + "+", value):
-        return None
+        bound = pattern_bounds(value)
+        return f"'{value[:80]}': {bound}" if bound else None
     bad = _offending(value, allowed)
     return f"'{value}' is not a pattern: it contains {bad}; use names, versions, '*', '?' and {{a,b}}"
 
@@ -171,9 +179,9 @@ def check_pattern(value: str) -> str | None:
 def _check_cuda(value: str) -> str | None:
     if value == "none":
         return None
-    if not _SAFE.match(value):
+    if not _SAFE.fullmatch(value):
         return f"'{value}' is not a CUDA version: {_bad_chars(value)}; write MAJOR.MINOR such as 12.4, or none"
-    if not _CUDA.match(value):
+    if not _CUDA.fullmatch(value):
         return f"'{value}' is not a CUDA version; write MAJOR.MINOR such as 12.4 (quote it), or none for CPU builds"
     return None
 
@@ -183,9 +191,9 @@ def _check_flash(value: str) -> str | None:
 
 
 def _check_python(value: str) -> str | None:
-    if not _SAFE.match(value):
+    if not _SAFE.fullmatch(value):
         return f"'{value}' is not a Python version: {_bad_chars(value)}; write 3.MINOR such as 3.11"
-    return None if _PYTHON.match(value) else f"'{value}' is not a Python version; write 3.MINOR such as 3.11"
+    return None if _PYTHON.fullmatch(value) else f"'{value}' is not a Python version; write 3.MINOR such as 3.11"
 
 
 def _check_gpu(value: str) -> str | None:
@@ -281,6 +289,18 @@ class _Checker:
                 out.append(text)
         return tuple(out)
 
+    def entries(self, value: Any, path: Path_) -> list[Any]:
+        """An include/exclude list: a list of at most MAX_RULES entries (nothing is an empty list)."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.err(path, f"must be a list of entries (- {{axis: value, ...}}), got {_kind(value)}")
+            return []
+        if len(value) > MAX_RULES:
+            self.err(path, f"{len(value)} entries, more than {MAX_RULES}; use patterns ('*', '?') to say it in fewer")
+            return []
+        return value
+
     def scalar(self, name: str, value: Any, path: Path_) -> Any:
         """Convert one scenario field to its declared type, or record why it cannot be."""
         want = SCENARIO_FIELDS[name]
@@ -300,7 +320,7 @@ class _Checker:
         elif want is float:
             try:
                 number = float(value)
-            except ValueError:
+            except (ValueError, OverflowError):
                 self.err(path, f"must be a number, got {value!r}")
                 return None
         else:
@@ -314,6 +334,13 @@ class _Checker:
             self.err(path, f"{number} is out of range [{lo:g}, {hi:g}]")
             return None
         return number
+
+
+def _product(sizes: Any) -> int:
+    total = 1
+    for size in sizes:
+        total *= size
+    return total
 
 
 def _kind(value: Any) -> str:
@@ -335,8 +362,8 @@ PROFILE_KEYS = (
     "flash_attn_sources",
     "scheduler",
 )
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?$")
-_PATH = re.compile(r"^[A-Za-z0-9._/~+-]+$")
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?")
+_PATH = re.compile(r"[A-Za-z0-9._/~+-]{1,1024}")
 RULE_KEYS = (*AXES, "scenario", "reason")
 
 
@@ -348,7 +375,7 @@ def _scenarios(ck: _Checker, raw: Any) -> dict[str, Scenario]:
     allowed = tuple(n for n in SCENARIO_FIELDS if n != "name")
     for name, body in raw.items():
         path: Path_ = ("scenarios", name)
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             ck.err(path, f"scenario name '{name}' must be lower-case letters, digits, '.', '_' or '-' (it goes into cell ids)")
             continue
         body = {} if body is None else body
@@ -386,7 +413,7 @@ def _glob(pattern: str) -> str:
 
 def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) -> Profile | None:
     path: Path_ = ("profiles", name)
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         ck.err(path, f"profile name '{name}' must be lower-case letters, digits, '.', '_' or '-'")
     values = ck.mapping(raw, path, PROFILE_KEYS, required=AXES)
     axes = {axis: ck.string_list(values[axis], (*path, axis), AXIS_CHECKS[axis]) for axis in AXES if axis in values}
@@ -396,7 +423,7 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
         if s not in scenarios:
             ck.err((*path, "scenarios", i), f"scenario '{s}' is not defined under scenarios:{_did_you_mean(s, names)}")
     include: list[dict[str, str]] = []
-    for i, entry in enumerate(values.get("include", []) or []):
+    for i, entry in enumerate(ck.entries(values.get("include"), (*path, "include"))):
         ipath = (*path, "include", i)
         body = ck.mapping(entry, ipath, AXES)
         env: dict[str, str] = {}
@@ -413,8 +440,14 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
                 ck.err(ipath, f"missing '{axis}' (the profile has several values for it; name one)")
         if len(env) == len(AXES):
             include.append(env)
-    exclude = [_rule(ck, r, (*path, "exclude", i), names) for i, r in enumerate(values.get("exclude", []) or [])]
+    exclude = [_rule(ck, r, (*path, "exclude", i), names) for i, r in enumerate(ck.entries(values.get("exclude"), (*path, "exclude")))]
     patterns = {key: ck.string_list(values.get(key, []), (*path, key), check_pattern, allow_empty=True) for key in ("select", "skip")}
+    for key, pats in patterns.items():
+        if len(pats) > MAX_PATTERNS:
+            ck.err((*path, key), f"{len(pats)} patterns, more than {MAX_PATTERNS}; use '*' and brace lists to say it in fewer")
+    cells = len(chosen) * (len(include) + _product(len(v) for v in axes.values()))
+    if len(axes) == len(AXES) and cells > MAX_CELLS:
+        ck.err(path, f"{cells:,} cells (axes × scenarios), more than {MAX_CELLS:,}; split it into profiles or narrow the axes")
     base_images: dict[str, str] = {}
     raw_images = values.get("base_images", {}) or {}
     if not isinstance(raw_images, dict):
@@ -425,12 +458,12 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
             problem = _check_cuda(cuda)
             if problem:
                 ck.err(ipath, problem)
-            elif not isinstance(image, str) or not _IMAGE.match(image):
+            elif not isinstance(image, str) or not _IMAGE.fullmatch(image):
                 ck.err(ipath, f"{image!r} is not an image reference such as nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04[@sha256:<64 hex>]")
             else:
                 base_images[cuda] = image
     wheelhouse = values.get("wheelhouse")
-    if wheelhouse is not None and (not isinstance(wheelhouse, str) or not _PATH.match(wheelhouse)):
+    if wheelhouse is not None and (not isinstance(wheelhouse, str) or not _PATH.fullmatch(wheelhouse)):
         ck.err((*path, "wheelhouse"), f"{wheelhouse!r} is not a plain folder path (letters, digits, '.', '_', '/', '-')")
         wheelhouse = None
     bfs = values.get("build_from_source", False)
@@ -474,7 +507,7 @@ TARGET_KEYS = ("shards", "partition", "gres", "constraint", "labels", "product",
 def _sched_text(ck: _Checker, value: Any, path: Path_, pattern: re.Pattern[str], example: str) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not pattern.match(value):
+    if not isinstance(value, str) or not pattern.fullmatch(value):
         ck.err(path, f"{value!r} is not allowed here: it is written into job scripts, so it must match {pattern.pattern} (e.g. {example})")
         return None
     return value
@@ -488,7 +521,7 @@ def _sched_int(ck: _Checker, value: Any, path: Path_, lo: int, hi: int) -> int |
 
 
 def _sched_labels(ck: _Checker, value: Any, path: Path_) -> tuple[str, ...]:
-    return ck.string_list(value, path, lambda v: None if _LABEL.match(v) else f"runner label '{v}' must be letters, digits, '.', '_' or '-'")
+    return ck.string_list(value, path, lambda v: None if _LABEL.fullmatch(v) else f"runner label '{v}' must be letters, digits, '.', '_' or '-'")
 
 
 def _scheduler(ck: _Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Scheduler | None:
@@ -515,7 +548,7 @@ def _scheduler(ck: _Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sc
             )
     throttle = _sched_int(ck, values["throttle"], (*path, "throttle"), 1, 1000) if "throttle" in values else None
     image = values.get("image")
-    if image is not None and (not isinstance(image, str) or not _IMAGE.match(image)):
+    if image is not None and (not isinstance(image, str) or not _IMAGE.fullmatch(image)):
         ck.err((*path, "image"), f"{image!r} is not an image reference such as registry.example/envmatrix-probe:1.0[@sha256:<64 hex>]")
         image = None
     claim = _sched_text(ck, values.get("volume_claim", "envmatrix-reports"), (*path, "volume_claim"), _K8S_NAME, "envmatrix-reports")
@@ -534,7 +567,9 @@ def _scheduler(ck: _Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sc
 def parse(src: Source) -> Spec:
     """Validate a loaded document; raise SpecError listing every problem."""
     ck = _Checker(src)
-    top = ck.mapping(src.data, (), TOP_KEYS, required=("profiles", "scenarios"))
+    # Top-level `x-…` keys are ignored (Compose's convention): a place for anchors such as `x-defaults: &d {...}`.
+    extensions = tuple(k for k in src.data if k.startswith("x-")) if isinstance(src.data, dict) else ()
+    top = ck.mapping(src.data, (), (*TOP_KEYS, *extensions), required=("profiles", "scenarios"))
     if "version" in top and top["version"] != 1:
         ck.err(("version",), f"unsupported matrix version {top['version']!r}; this envmatrix reads version 1")
     scenarios = _scenarios(ck, top.get("scenarios")) if "scenarios" in top else {}

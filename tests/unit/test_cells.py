@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from envmatrix import plan
 from envmatrix.cells import SKIPPED, expand, matches
+from envmatrix.patterns import MAX_EXPANSIONS, PatternError, check, compile_selection, expand_braces
 from envmatrix.spec import load
-from envmatrix.yamlsrc import expand_braces
 
 Make = Callable[..., Path]
 
@@ -102,3 +107,34 @@ def test_builds_share_across_gpus_and_scenarios(matrix: Make) -> None:
     # 2 torch × 2 flash-attn, shared by both GPUs and all scenarios; skipped cells need no build
     assert len(builds) == 4
     assert sum(len(b.cells) for b in builds) == plan.counts(cells)["planned"]
+
+
+def test_brace_bomb_is_refused_before_expanding() -> None:
+    with pytest.raises(PatternError, match="more than 256 alternatives"):
+        expand_braces("{a,b}" * 30)
+    assert check("{a,b}" * 8) is None and check("{a,b}" * 9) is not None
+
+
+def test_nested_and_unbalanced_braces() -> None:
+    assert expand_braces("{a,{b,c}}x") == ["ax", "bx", "cx"]
+    assert expand_braces("a{b") == ["a{b"] and expand_braces("}{") == ["}{"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="{},ab*", max_size=80))
+def test_random_brace_patterns_stay_bounded(pattern: str) -> None:
+    """Property: a pattern either expands to at most MAX_EXPANSIONS alternatives or is refused; never more, never another error."""
+    try:
+        alts = expand_braces(pattern)
+    except PatternError:
+        assert check(pattern) is not None
+        return
+    assert 1 <= len(alts) <= MAX_EXPANSIONS
+    compile_selection([pattern])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="ab*?/-.", max_size=12), st.text(alphabet="ab/-.", max_size=12))
+def test_compiled_selection_agrees_with_fnmatch(pattern: str, cell_id: str) -> None:
+    """Without braces, one compiled selection means what fnmatch means (a pattern naming an environment selects its cells)."""
+    assert matches(cell_id, [pattern]) == (fnmatch.fnmatchcase(cell_id, pattern) or fnmatch.fnmatchcase(cell_id, pattern + "/*"))

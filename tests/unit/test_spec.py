@@ -197,3 +197,33 @@ def test_base_images_and_wheelhouse(matrix: Make) -> None:
     assert "profiles.gpu.base_images.12.4: 'ubuntu; rm -rf /' is not an image reference" in msg
     assert "profiles.gpu.base_images.twelve: 'twelve' is not a CUDA version" in msg
     assert "profiles.gpu.wheelhouse: '$(id)' is not a plain folder path" in msg
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("torch", "2.5.1\n"), ("cuda", "12.4\n"), ("python", "3.11\n"), ("wheelhouse", "wheels\n"), ("base_images", {"12.4": "nvidia/cuda:12.4.1\n"})],
+)
+def test_trailing_newline_is_rejected(matrix: Make, field: str, value: Any) -> None:
+    """The patterns are full-matched: `$` alone would accept a value ending in a newline."""
+
+    def edit(d: dict[str, Any]) -> None:
+        d["profiles"]["gpu"][field] = [value] if field in ("torch", "cuda", "python") else value
+
+    assert f"profiles.gpu.{field}" in problems(matrix(edit))
+
+
+def test_scenario_name_with_newline_is_rejected(matrix: Make) -> None:
+    assert "scenario name 'x\n' must be" in problems(matrix(lambda d: d["scenarios"].update({"x\n": {}})))
+
+
+@pytest.mark.parametrize(("field", "value"), [("include", 5), ("exclude", True), ("include", "text"), ("exclude", {"a": 1})])
+def test_include_exclude_must_be_lists(matrix: Make, field: str, value: Any) -> None:
+    assert f"profiles.gpu.{field}: must be a list of entries" in problems(matrix(lambda d: d["profiles"]["gpu"].update({field: value})))
+
+
+def test_cell_count_is_bounded(matrix: Make) -> None:
+    def edit(d: dict[str, Any]) -> None:
+        d["profiles"]["gpu"]["torch"] = [f"2.{i}.0" for i in range(300)]
+        d["profiles"]["gpu"]["transformers"] = [f"4.{i}.0" for i in range(100)]
+
+    assert "cells (axes × scenarios), more than 50,000" in problems(matrix(edit))
