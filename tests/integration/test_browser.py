@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from records_factory import make_record
 
-from envmatrix.jsonio import write_json_atomic
-from envmatrix.records import cell_stem
+from envmatrix.records import cell_stem, write_record
 from envmatrix.report import write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -37,7 +36,7 @@ def test_report_renders_filters_and_escapes(tmp_path: Path) -> None:
         make_record("zero_grad", scenario="ctl-zero-grad", expect="zero_grad", gpu="H20", torch="2.8.0", cuda="12.8"),
     ]
     for rec in records:
-        write_json_atomic(results / f"{cell_stem(rec['cell']['id'])}.json", rec)
+        write_record(results / f"{cell_stem(rec.id)}.json", rec)
     html = write_report([results], tmp_path)["html"]
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
