@@ -322,11 +322,11 @@ def classify(facts: RunFacts) -> Verdict:
     if not fired:
         evidence = _ok_evidence(facts)
         if evidence is None:
-            return Verdict("inconclusive", _missing(facts), REMEDIES["inconclusive"], "inconclusive")
-        return Verdict("ok", evidence, REMEDIES["ok"], "ok")
+            return Verdict.of("inconclusive", _missing(facts), REMEDIES["inconclusive"], "inconclusive")
+        return Verdict.of("ok", evidence, REMEDIES["ok"], "ok")
     name, evidence = fired[0]
     also = tuple(dict.fromkeys(n for n, _ in fired[1:] if n not in (name, "error")))
-    return Verdict(name, evidence, remedy(name, facts, also), name, also)
+    return Verdict.of(name, evidence, remedy(name, facts, also), name, also)
 
 
 def control_status(expect: str | None, outcome: str) -> str | None:
@@ -338,4 +338,4 @@ def control_status(expect: str | None, outcome: str) -> str | None:
 
 def decided(outcome: str, evidence: str, rule: str) -> Verdict:
     """A verdict fixed before any run: a cell the catalog or the runner skips, a backend that raised."""
-    return Verdict(outcome, evidence, REMEDIES[outcome], rule)
+    return Verdict.of(outcome, evidence, REMEDIES[outcome], rule)

@@ -8,6 +8,12 @@ from enum import Enum
 class Outcome(str, Enum):
     """What a cell's run showed. Order is not precedence: classify.py owns precedence."""
 
+    def __str__(self) -> str:  # the name users see, in f-strings too (not `Outcome.OK`)
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
     OK = "ok"
     INCONCLUSIVE = "inconclusive"
     GARBLED_OUTPUT = "garbled_output"

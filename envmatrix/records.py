@@ -27,7 +27,7 @@ from typing import Any
 from .cells import Cell
 from .errors import InputError
 from .jsonio import write_json_atomic
-from .outcomes import OUTCOME_NAMES
+from .outcomes import OUTCOME_NAMES, Outcome
 
 #: The layout written now. Version 1 (envmatrix 0.1) files still load; newer ones are refused clearly.
 RECORD_VERSION = 2
@@ -113,15 +113,20 @@ class BuildFacts:
 class Verdict:
     """The classification of one run: the outcome, the line that shows it, and what to do."""
 
-    outcome: str
+    outcome: Outcome
     evidence: str
     remedy: str
     rule: str
-    also: tuple[str, ...] = ()
+    also: tuple[Outcome, ...] = ()
+
+    @classmethod
+    def of(cls, outcome: str, evidence: str, remedy: str, rule: str, also: tuple[str, ...] = ()) -> Verdict:
+        """A verdict from outcome names (ValueError for a name that is not an Outcome)."""
+        return cls(Outcome(outcome), evidence, remedy, rule, tuple(Outcome(a) for a in also))
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form: `class`, `evidence`, `remedy`, plus the rule and the other classes seen."""
-        return {"class": self.outcome, "evidence": self.evidence, "remedy": self.remedy, "rule": self.rule, "also": list(self.also)}
+        return {"class": self.outcome.value, "evidence": self.evidence, "remedy": self.remedy, "rule": self.rule, "also": [a.value for a in self.also]}
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,7 @@ class Record:
     @property
     def klass(self) -> str:
         """The outcome class (`ok`, `nan_loss`, ...)."""
-        return self.outcome.outcome
+        return self.outcome.outcome.value
 
     @property
     def expect(self) -> str | None:
@@ -351,7 +356,7 @@ def _parse(r: _Reader, data: Any) -> Record:
     klass = r.text(out, "class", "outcome")
     if klass not in OUTCOME_NAMES:
         raise r.fail("outcome.class", f"{klass!r:.40} is not an outcome this envmatrix knows")
-    verdict = Verdict(
+    verdict = Verdict.of(
         outcome=klass,
         evidence=r.text(out, "evidence", "outcome", optional=True) or "",
         remedy=r.text(out, "remedy", "outcome", optional=True) or "",
