@@ -93,9 +93,8 @@ def print_findings(console: Console, found: Findings) -> None:
     style = "bold red" if found.controls.failed else "dim"
     console.print(f"[{style}]{found.controls.text}[/]")
     for r in found.controls.failed:
-        console.print(
-            f"[bold red]control NOT reproduced (its detector is broken here)[/]: {escape(r.id)} expected {r.expect}, got {r.klass}: {escape(r.outcome.evidence)}"
-        )
+        loud = "[bold red]control NOT reproduced (its detector is broken here)[/]"
+        console.print(f"{loud}: {escape(r.id)} expected {r.expect}, got {r.klass}: {escape(r.outcome.evidence)}")
 
 
 def compact_table(records: list[Record]) -> tuple[Table, list[str]]:
