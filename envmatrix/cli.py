@@ -191,6 +191,32 @@ def cmd_lock(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    """Bisect an axis's releases to the first one where a scenario's outcome changes (real runs).
+    Exit 0 when found, 1 when the outcome changes more than once or the boundary hides behind
+    releases that cannot be installed, 2 when an endpoint does not show the outcome claimed."""
+    from .bisect import ENDPOINT, FOUND
+    from .bisect_run import BisectRequest, print_bisect, run_bisect
+
+    spec = load(args.file)
+    gpus = detect_gpus()
+    profile = default_profile(gpus) if args.profile == "auto" else args.profile
+    if profile not in spec.profiles:
+        raise InputError(f"{args.file}: no profile '{profile}'; the file defines: {', '.join(spec.profiles)}")
+    gpu = args.gpu or gpus.matrix_name
+    if gpu is None:
+        raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; name its matrix GPU type with --gpu")
+    name, _ = choose(args.backend, gpus.count)
+    request = BisectRequest(
+        axis=args.axis, good=args.good, bad=args.bad, scenario=args.scenario, profile=profile, gpu=gpu, backend=name,
+        reports=Path(args.reports), venvs=Path(args.venvs), base=Path(args.file).parent, timeout=args.timeout, pre=args.pre,
+    )  # fmt: skip
+    console = Console()
+    run = run_bisect(spec, request, console)
+    print_bisect(console, request, run)
+    return 0 if run.result.status == FOUND else 2 if run.result.status == ENDPOINT else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line; each subcommand stores its handler in `func`."""
     parser = argparse.ArgumentParser(prog="envmatrix", description="Which CUDA / PyTorch / transformers / flash-attn stacks train cleanly, by experiment.")
@@ -235,6 +261,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the probe is killed")
     p.add_argument("--json", action="store_true", help="print what it measured and the verdict as JSON")
     p.set_defaults(func=cmd_probe)
+    p = sub.add_parser("bisect", help="find the first release of an axis where a scenario's outcome changes, by real runs")
+    p.add_argument("--axis", required=True, help="torch, transformers or flash_attn")
+    p.add_argument("--good", required=True, metavar="V1", help="a release where the scenario trains (ok)")
+    p.add_argument("--bad", required=True, metavar="V2", help="a release where it fails")
+    p.add_argument("--scenario", required=True, help="scenario name in the matrix file")
+    p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: ./matrix.yaml)")
+    p.add_argument("--profile", default="auto", help="profile giving the other axes (default: gpu on a GPU host, else cpu)")
+    p.add_argument("--gpu", default=None, help="matrix GPU type (default: this host's)")
+    p.add_argument("--backend", choices=BACKEND_NAMES, default="venv", help="how environments are made (default: venv)")
+    p.add_argument("--pre", action="store_true", help="include pre-releases")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per cell")
+    p.add_argument("--reports", default="reports", help="output folder: records go to REPORTS/results like envmatrix run's")
+    p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
+    p.set_defaults(func=cmd_bisect)
     return parser
 
 
