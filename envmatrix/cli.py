@@ -19,6 +19,7 @@ from .cells import SKIPPED, Cell, expand
 from .classify import RunFacts, classify, control_status
 from .errors import EnvmatrixError, InputError
 from .execute import probe_command, run_logged
+from .findings import find
 from .hostinfo import default_profile, detect_gpus
 from .lock import write_lock
 from .logscan import scan_stream
@@ -27,7 +28,7 @@ from .report import is_current, report_paths, write_report
 from .runfacts import gather
 from .runner import Paths, Runner
 from .spec import Spec, load
-from .summary import print_summary
+from .summary import print_findings, print_summary
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -175,7 +176,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
         raise InputError(f"no such results folder: {', '.join(missing)}; run the matrix first (nox -s matrix) or pass --results DIR")
-    outputs = write_report(folders, Path(args.out), _warn)
+    since = [Path(f) for f in args.since] if args.since else None
+    missing = [str(f) for f in since or [] if not f.is_dir()]
+    if missing:
+        raise InputError(f"--since {', '.join(missing)}: no such results folder; pass an earlier run's results folder (e.g. a copy of reports/results)")
+    outputs = write_report(folders, Path(args.out), _warn, since=since)
+    console = Console()
+    records = load_records(*folders)
+    print_findings(console, find(records, load_records(*since) if since else ()))
     print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name})")
     return 0
 
@@ -239,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="render matrix.html, results.csv and results.json from results folders")
     p.add_argument("--results", action="append", default=None, metavar="DIR", help="a results folder; repeat to merge runners (default reports/results)")
     p.add_argument("--out", default="reports", help="output folder (default reports)")
+    p.add_argument("--since", action="append", default=None, metavar="OLD_RESULTS", help="an earlier run's results folder: changed cells lead the findings")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("lock", help="write a pinned, hashed lockfile for a vetted environment")
     p.add_argument("env", nargs="?", default=None, help="environment id, e.g. cpu-torch2.13.0-tf5.23.0-fanone-cpu-py3.11")
