@@ -225,6 +225,33 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return 0 if run.result.status == FOUND else 2 if run.result.status == ENDPOINT else 1
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Probe this interpreter with the scenarios the hardware can run; compare it with the vetted
+    environments of the records given. Exit 0 when every healthy scenario is ok, 1 when one is not."""
+    from .doctor import cells_for, diagnose, installed_environment, installed_pins, nearest_vetted, print_diagnosis
+
+    spec = load(args.file)
+    gpus = detect_gpus()
+    profile = default_profile(gpus) if args.profile == "auto" else args.profile
+    if profile not in spec.profiles:
+        raise InputError(f"{args.file}: no profile '{profile}'; the file defines: {', '.join(spec.profiles)}")
+    if gpus.matrix_name is None:
+        raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; doctor cannot tell which scenarios it can run")
+    folders = [Path(f) for f in args.results or []]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        raise InputError(f"--results {', '.join(missing)}: no such results folder")
+    env = installed_environment(gpus)
+    cells = cells_for(spec, profile, env, args.scenario)
+    console = Console()
+    note = " (no GPU: DDP scenarios run over gloo on the CPU)" if not gpus.count else ""
+    console.print(f"doctor: {len(cells)} scenarios of profile '{profile}' in {sys.executable}{note}")
+    diagnosis = diagnose(cells, gpus, Path(args.reports) if args.reports else None, timeout=args.timeout, console=console)
+    records = load_records(*folders, warn=_warn)
+    print_diagnosis(console, diagnosis, nearest_vetted(env, installed_pins(), records), bool(folders))
+    return diagnosis.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line; each subcommand stores its handler in `func`."""
     parser = argparse.ArgumentParser(prog="envmatrix", description="Which CUDA / PyTorch / transformers / flash-attn stacks train cleanly, by experiment.")
@@ -284,6 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", default="reports", help="output folder: records go to REPORTS/results like envmatrix run's")
     p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
     p.set_defaults(func=cmd_bisect)
+    p = sub.add_parser("doctor", help="is the environment in hand a good one? probe it and compare with vetted environments")
+    p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: ./matrix.yaml)")
+    p.add_argument("--profile", default="auto", help="profile whose scenarios to run (default: gpu on a GPU host, else cpu)")
+    p.add_argument("--scenario", action="append", default=[], help="run only this scenario; repeatable (default: the profile's that fit)")
+    p.add_argument("--results", action="append", default=None, metavar="DIR", help="results folder(s) with vetted environments to compare with")
+    p.add_argument("--reports", default=None, help="where the doctor's own records go (default: a new temporary folder)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per scenario")
+    p.set_defaults(func=cmd_doctor)
     return parser
 
 
