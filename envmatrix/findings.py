@@ -22,7 +22,7 @@ from .spec import AXES
 QUIET = ("skipped",)
 
 
-def _order(value: str) -> tuple[int, Version, str]:
+def version_order(value: str) -> tuple[int, Version, str]:
     """Versions in release order; anything else (gpu names, `none`) after, alphabetically."""
     try:
         return (0, Version(value), "")
@@ -32,7 +32,7 @@ def _order(value: str) -> tuple[int, Version, str]:
 
 def sort_values(values: Iterable[str]) -> list[str]:
     """Axis values in a human order: 4.9 before 4.51."""
-    return sorted(set(values), key=_order)
+    return sorted(set(values), key=version_order)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from . import __version__
-from .findings import find
+from .findings import find, version_order
 from .jsonio import write_text_atomic
 from .outcomes import glyph
 from .records import Record, load_records
@@ -46,6 +46,8 @@ CLASS_COLOURS = {
     "error": "#57606a",
     "build_failed": "#24292f",
 }
+#: The table's rows are sorted by these axes in release order (4.9 before 4.51).
+AXIS_ORDER = ("cuda", "torch", "transformers", "flash_attn", "python")
 COLUMNS = [
     "id", "env", "build", "cuda", "torch", "transformers", "flash_attn", "gpu", "python", "scenario", "status", "class",
     "evidence", "remedy", "expect", "control", "exit_code", "signal", "timed_out", "prepare_s", "probe_s", "steps",
@@ -146,7 +148,7 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
     env_loader = jinja2.PackageLoader("envmatrix", "templates")
     page = jinja2.Environment(loader=env_loader, autoescape=True, undefined=jinja2.StrictUndefined).get_template("matrix.html.j2")
     return page.render(
-        envs=list(envs.values()),
+        envs=sorted(envs.values(), key=lambda e: [version_order(e[a]) for a in AXIS_ORDER]),
         columns=columns,
         cells=cells,
         details=details,
