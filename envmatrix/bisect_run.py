@@ -52,6 +52,7 @@ class BisectRequest:
     base: Path
     timeout: float = 600.0
     pre: bool = False
+    gpu_count: int = 0
 
 
 def base_environment(spec: Spec, req: BisectRequest, console: Console) -> dict[str, str]:
@@ -86,8 +87,8 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
     releases = releases_between(index, req.good, req.bad, pre=req.pre)
     console.print(f"{req.axis}: {len(releases)} releases from {releases[0]} to {releases[-1]} on the index; scenario {req.scenario} on {req.gpu}")
     profile = spec.profiles[req.profile]
-    options = BackendOptions(profile_name=req.profile, profile=profile, gpu_count=0, venvs=req.venvs, base=req.base)
-    runner = Runner(make_backend(req.backend, options), Paths(req.reports), timeout=req.timeout, console=console)
+    options = BackendOptions(profile_name=req.profile, profile=profile, gpu_count=req.gpu_count, venvs=req.venvs, base=req.base)
+    runner = Runner(make_backend(req.backend, options), Paths(req.reports), timeout=req.timeout, gpu_count=req.gpu_count, console=console)
     run = BisectRun(result=Bisection(), releases=releases)
 
     def oracle(release: str) -> str:

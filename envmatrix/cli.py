@@ -217,7 +217,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     name, _ = choose(args.backend, gpus.count)
     request = BisectRequest(
         axis=args.axis, good=args.good, bad=args.bad, scenario=args.scenario, profile=profile, gpu=gpu, backend=name,
-        reports=Path(args.reports), venvs=Path(args.venvs), base=Path(args.file).parent, timeout=args.timeout, pre=args.pre,
+        reports=Path(args.reports), venvs=Path(args.venvs), base=Path(args.file).parent, timeout=args.timeout, pre=args.pre, gpu_count=gpus.count,
     )  # fmt: skip
     console = Console()
     run = run_bisect(spec, request, console)
