@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
-from .findings import Findings, find
+from .findings import Findings, find, version_order
 from .outcomes import glyph
 from .records import Record
 from .spec import AXES
@@ -83,11 +84,11 @@ def print_findings(console: Console, found: Findings) -> None:
         console.print("[bold]Findings[/]")
     for change in found.changes:
         console.print(f"[bold yellow]▲ {escape(change.text)}[/]")
-        console.print(f"    evidence: {escape(change.record.outcome.evidence)}")
+        console.print(Padding(f"evidence: {escape(change.record.outcome.evidence)}", (0, 0, 0, 4)))
     for f in found.findings:
         console.print(f"[bold red]●[/] {escape(f.text)}")
-        console.print(f"    evidence ({escape(f.example.env)}): {escape(f.example.outcome.evidence)}")
-        console.print(f"    remedy: {escape(f.example.outcome.remedy)}")
+        console.print(Padding(f"evidence ({escape(f.example.env)}): {escape(f.example.outcome.evidence)}", (0, 0, 0, 4)))
+        console.print(Padding(f"remedy: {escape(f.example.outcome.remedy)}", (0, 0, 0, 4)))
     if not found.findings and not found.changes:
         console.print("Findings: no healthy scenario's outcome differs between the environments run")
     style = "bold red" if found.controls.failed else "dim"
@@ -100,10 +101,11 @@ def print_findings(console: Console, found: Findings) -> None:
 def compact_table(records: list[Record]) -> tuple[Table, list[str]]:
     """Rows: environments labelled by the varying axes; columns: scenario letters. Returns the key lines too."""
     axes = varying_axes(records)
-    envs = list(dict.fromkeys(r.env for r in records))
-    scenarios = list(dict.fromkeys(r.cell.scenario for r in records))
-    by_cell = {(r.env, r.cell.scenario): r for r in records}
     first = {r.env: r for r in reversed(records)}
+    envs = sorted(first, key=lambda e: [version_order(v) for v in first[e].cell.axes().values()])
+    controls = {r.cell.scenario for r in records if r.expect}
+    scenarios = sorted(dict.fromkeys(r.cell.scenario for r in records), key=lambda s: s in controls)  # healthy first, stable
+    by_cell = {(r.env, r.cell.scenario): r for r in records}
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
     for axis in axes:
         table.add_column(AXIS_HEADERS[axis], no_wrap=True)
