@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from records_factory import make_record
 
 from envmatrix.outcomes import OUTCOME_NAMES
@@ -124,3 +125,17 @@ def test_since_marks_changed_cells_first(tmp_path: Path) -> None:
     block = html[html.index('id="findings"') : html.index('id="vetted"')]
     changed = block.index("changed since the earlier run: cpu-torch2.13.0-tf5.23.0-fanone-cpu-py3.11/fp32-sdpa: ok → nan_loss")
     assert changed < block.index("frozen-emb-reentrant (cpu)")
+
+
+def test_report_command_since(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from envmatrix.cli import main
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    write_record(old / "a.json", make_record("ok", transformers="4.57.6"))
+    write_record(new / "a.json", make_record("grad_lost", transformers="4.57.6"))
+    write_record(new / "b.json", make_record("ok", transformers="5.23.0"))
+    assert main(["report", "--results", str(new), "--since", str(old), "--out", str(tmp_path / "out")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.index("changed: cu124-torch2.6.0-tf4.57.6-fanone-a100-py3.11/fp32-sdpa: ok → grad_lost") < out.index("fp32-sdpa (A100): grad_lost on")
+    assert main(["report", "--results", str(new), "--since", str(tmp_path / "nowhere")]) == 2
+    assert "no such results folder" in capsys.readouterr().err
