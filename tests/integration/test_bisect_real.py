@@ -1,7 +1,7 @@
 """`envmatrix bisect` for real: venvs from the index, real probe runs, between two adjacent releases.
 
 Each release is a real venv (torch + transformers from PyPI, 30-90 s each), so this is opt-in:
-ENVMATRIX_REAL_BISECT=1. The range defaults to the boundary the full run found (README); set
+ENVMATRIX_REAL_BISECT=1. The range defaults to the boundary the full run found (transformers 4.57.6 → 5.0.0); set
 ENVMATRIX_BISECT_BAD / ENVMATRIX_BISECT_GOOD to another adjacent pair.
 """
 
@@ -23,8 +23,8 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (nox -s tests installs it)"),
 ]
 
-BAD = os.environ.get("ENVMATRIX_BISECT_BAD", "5.1.0")
-GOOD = os.environ.get("ENVMATRIX_BISECT_GOOD", "5.2.0")
+BAD = os.environ.get("ENVMATRIX_BISECT_BAD", "4.57.6")
+GOOD = os.environ.get("ENVMATRIX_BISECT_GOOD", "5.0.0")
 
 
 def test_adjacent_releases_bisect_to_the_newer_one(tmp_path: Path) -> None:
