@@ -142,7 +142,7 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
         cells[(c.build, c.gpu, c.scenario)] = rec
     columns.sort()
     details = {rec.id: _detail(rec) for rec in records}
-    counts = Counter(r.klass for r in records)
+    counts = Counter(r.klass for r in records if r.control != "reproduced")  # reproduced controls: one quiet chip
     found = find(records, previous or ())
     probe_versions = sorted({v for r in records if (v := r.probe_version)})
     env_loader = jinja2.PackageLoader("envmatrix", "templates")
@@ -153,6 +153,7 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
         cells=cells,
         details=details,
         counts=counts.most_common(),
+        classes=sorted({r.klass for r in records}),
         colours=CLASS_COLOURS,
         glyph=glyph,
         findings=found,
