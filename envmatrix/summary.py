@@ -154,8 +154,9 @@ def print_summary(console: Console, records: list[Record], *, results_dir: str, 
     legend = ["✓ ok", "◆ control reproduced", "✗ failure", "! control NOT reproduced", "· skipped", *(f"{short(k)}={k}" for k in sorted(shown))]
     for line in pack(legend, console.width):
         console.print(escape(line))
-    counts = Counter(r.klass for r in records)
-    for line in pack(["outcomes:", *(f"{glyph(k)} {k} {v}" for k, v in counts.most_common())], console.width):
+    counts = Counter(r.klass for r in records if r.control != "reproduced")
+    quiet = [f"◆ controls reproduced {found.controls.reproduced}"] if found.controls.reproduced else []
+    for line in pack(["outcomes:", *(f"{glyph(k)} {k} {v}" for k, v in counts.most_common()), *quiet], console.width):
         console.print(line)
     console.print(f"records: {escape(results_dir)}")
     return list(found.controls.failed)
