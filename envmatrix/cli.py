@@ -24,6 +24,7 @@ from .cells import SKIPPED, Cell, expand
 from .classify import RunFacts, classify, control_status
 from .errors import BackendError, EnvmatrixError, InputError, OutputError, SpecError, printable
 from .execute import probe_command, run_logged
+from .findings import find
 from .hostinfo import default_profile, detect_gpus
 from .lock import write_lock
 from .logscan import scan_stream
@@ -38,7 +39,7 @@ from .submit import SubmitError, fanout, write_files
 from .submit import github as gh_submit
 from .submit import k8s as k8s_submit
 from .submit import slurm as slurm_submit
-from .summary import print_summary
+from .summary import print_findings, print_summary
 
 Handler = Callable[[argparse.Namespace], int]
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a reader that went away
@@ -295,7 +296,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
         raise InputError(f"no such results folder: {', '.join(missing)}; run the matrix first (nox -s matrix) or pass --results DIR")
-    outputs = write_report(folders, Path(args.out), _warn)
+    since = [Path(f) for f in args.since] if args.since else None
+    missing = [str(f) for f in since or [] if not f.is_dir()]
+    if missing:
+        raise InputError(f"--since {', '.join(missing)}: no such results folder; pass an earlier run's results folder (e.g. a copy of reports/results)")
+    outputs = write_report(folders, Path(args.out), _warn, since=since)
+    console = Console()
+    records = load_records(*folders)
+    print_findings(console, find(records, load_records(*since) if since else ()))
     print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name})")
     return 0
 
@@ -387,6 +395,59 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    """Bisect an axis's releases to the first one where a scenario's outcome changes (real runs).
+    Exit 0 when found, 1 when the outcome changes more than once or the boundary hides behind
+    releases that cannot be installed, 2 when an endpoint does not show the outcome claimed."""
+    from .bisect import ENDPOINT, FOUND
+    from .bisect_run import BisectRequest, print_bisect, run_bisect
+
+    spec = load(args.file)
+    gpus = detect_gpus()
+    profile = default_profile(gpus) if args.profile == "auto" else args.profile
+    if profile not in spec.profiles:
+        raise InputError(f"{args.file}: no profile '{profile}'; the file defines: {', '.join(spec.profiles)}")
+    gpu = args.gpu or gpus.matrix_name
+    if gpu is None:
+        raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; name its matrix GPU type with --gpu")
+    name, _ = choose(args.backend, gpus.count)
+    request = BisectRequest(
+        axis=args.axis, good=args.good, bad=args.bad, scenario=args.scenario, profile=profile, gpu=gpu, backend=name,
+        reports=Path(args.reports), venvs=Path(args.venvs), base=Path(args.file).parent, timeout=args.timeout, pre=args.pre, gpu_count=gpus.count,
+    )  # fmt: skip
+    console = Console()
+    run = run_bisect(spec, request, console)
+    print_bisect(console, request, run)
+    return 0 if run.result.status == FOUND else 2 if run.result.status == ENDPOINT else 1
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Probe this interpreter with the scenarios the hardware can run; compare it with the vetted
+    environments of the records given. Exit 0 when every healthy scenario is ok, 1 when one is not."""
+    from .doctor import cells_for, diagnose, installed_environment, installed_pins, nearest_vetted, print_diagnosis
+
+    spec = load(args.file)
+    gpus = detect_gpus()
+    profile = default_profile(gpus) if args.profile == "auto" else args.profile
+    if profile not in spec.profiles:
+        raise InputError(f"{args.file}: no profile '{profile}'; the file defines: {', '.join(spec.profiles)}")
+    if gpus.matrix_name is None:
+        raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; doctor cannot tell which scenarios it can run")
+    folders = [Path(f) for f in args.results or []]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        raise InputError(f"--results {', '.join(missing)}: no such results folder")
+    env = installed_environment(gpus)
+    cells = cells_for(spec, profile, env, args.scenario)
+    console = Console()
+    note = " (no GPU: DDP scenarios run over gloo on the CPU)" if not gpus.count else ""
+    console.print(f"doctor: {len(cells)} scenarios of profile '{profile}' in {sys.executable}{note}")
+    diagnosis = diagnose(cells, gpus, Path(args.reports) if args.reports else None, timeout=args.timeout, console=console)
+    records = load_records(*folders, warn=_warn)
+    print_diagnosis(console, diagnosis, nearest_vetted(env, installed_pins(), records), bool(folders))
+    return diagnosis.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line; each subcommand stores its handler in `func`."""
     parser = argparse.ArgumentParser(prog="envmatrix", description="Which CUDA / PyTorch / transformers / flash-attn stacks train cleanly, by experiment.")
@@ -425,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="render matrix.html, results.csv and results.json from results folders")
     p.add_argument("--results", action="append", default=None, metavar="DIR", help="a results folder; repeat to merge runners (default reports/results)")
     p.add_argument("--out", default="reports", help="output folder (default reports)")
+    p.add_argument("--since", action="append", default=None, metavar="OLD_RESULTS", help="an earlier run's results folder: changed cells lead the findings")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("lock", help="write a pinned, hashed lockfile for a vetted environment")
     p.add_argument("env", nargs="?", default=None, help="environment id, e.g. cpu-torch2.13.0-tf5.23.0-fanone-cpu-py3.11")
@@ -450,6 +512,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=seconds, default=600.0, help="seconds before the probe is killed")
     p.add_argument("--json", action="store_true", help="print what it measured and the verdict as JSON")
     p.set_defaults(func=cmd_probe)
+    p = sub.add_parser("bisect", help="find the first release of an axis where a scenario's outcome changes, by real runs")
+    p.add_argument("--axis", required=True, help="torch, transformers or flash_attn")
+    p.add_argument("--good", required=True, metavar="V1", help="a release where the scenario trains (ok)")
+    p.add_argument("--bad", required=True, metavar="V2", help="a release where it fails")
+    p.add_argument("--scenario", required=True, help="scenario name in the matrix file")
+    p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: ./matrix.yaml)")
+    p.add_argument("--profile", default="auto", help="profile giving the other axes (default: gpu on a GPU host, else cpu)")
+    p.add_argument("--gpu", default=None, help="matrix GPU type (default: this host's)")
+    p.add_argument("--backend", choices=BACKEND_NAMES, default="venv", help="how environments are made (default: venv)")
+    p.add_argument("--pre", action="store_true", help="include pre-releases")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per cell")
+    p.add_argument("--reports", default="reports", help="output folder: records go to REPORTS/results like envmatrix run's")
+    p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
+    p.set_defaults(func=cmd_bisect)
+    p = sub.add_parser("doctor", help="is the environment in hand a good one? probe it and compare with vetted environments")
+    p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: ./matrix.yaml)")
+    p.add_argument("--profile", default="auto", help="profile whose scenarios to run (default: gpu on a GPU host, else cpu)")
+    p.add_argument("--scenario", action="append", default=[], help="run only this scenario; repeatable (default: the profile's that fit)")
+    p.add_argument("--results", action="append", default=None, metavar="DIR", help="results folder(s) with vetted environments to compare with")
+    p.add_argument("--reports", default=None, help="where the doctor's own records go (default: a new temporary folder)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per scenario")
+    p.set_defaults(func=cmd_doctor)
     return parser
 
 

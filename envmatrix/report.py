@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from . import __version__
+from .findings import find, version_order
 from .jsonio import write_text_atomic
 from .outcomes import glyph
 from .records import Record, load_records
@@ -47,6 +48,8 @@ CLASS_COLOURS = {
     "inconclusive": "#bf8700",
     "build_failed": "#24292f",
 }
+#: The table's rows are sorted by these axes in release order (4.9 before 4.51).
+AXIS_ORDER = ("cuda", "torch", "transformers", "flash_attn", "python")
 COLUMNS = [
     "id", "env", "build", "cuda", "torch", "transformers", "flash_attn", "gpu", "python", "scenario", "status", "class",
     "evidence", "remedy", "expect", "control", "exit_code", "signal", "timed_out", "prepare_s", "probe_s", "steps",
@@ -124,8 +127,10 @@ def _detail(rec: Record) -> dict[str, Any]:
     }
 
 
-def render_html(records: list[Record], locks: dict[str, str] | None = None) -> str:
-    """The compatibility table: rows are environments, columns GPU × scenario, one self-contained page."""
+def render_html(records: list[Record], locks: dict[str, str] | None = None, previous: list[Record] | None = None) -> str:
+    """One self-contained page: findings first (changes since `previous`, what differs and why, the
+    controls), then the vetted environments and their locks, then the table (rows environments,
+    columns GPU × scenario) where reproduced controls are quiet and a control that did not reproduce is loud."""
     envs: dict[str, dict[str, Any]] = {}
     columns: list[tuple[str, str]] = []
     cells: dict[tuple[str, str, str], Record] = {}
@@ -139,20 +144,23 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None) -> s
         cells[(c.build, c.gpu, c.scenario)] = rec
     columns.sort()
     details = {rec.id: _detail(rec) for rec in records}
-    counts = Counter(r.klass for r in records)
-    failed_controls = [r for r in records if r.control == "not reproduced"]
+    counts = Counter(r.klass for r in records if r.control != "reproduced")  # reproduced controls: one quiet chip
+    found = find(records, previous or ())
     probe_versions = sorted({v for r in records if (v := r.probe_version)})
     env_loader = jinja2.PackageLoader("envmatrix", "templates")
     page = jinja2.Environment(loader=env_loader, autoescape=True, undefined=jinja2.StrictUndefined).get_template("matrix.html.j2")
     return page.render(
-        envs=list(envs.values()),
+        envs=sorted(envs.values(), key=lambda e: [version_order(e[a]) for a in AXIS_ORDER]),
         columns=columns,
         cells=cells,
         details=details,
         counts=counts.most_common(),
+        classes=sorted({r.klass for r in records}),
         colours=CLASS_COLOURS,
         glyph=glyph,
-        failed_controls=failed_controls,
+        findings=found,
+        failed_controls=list(found.controls.failed),
+        since=previous is not None,
         vetted=[v.as_dict() for v in vetted_environments(records)],
         locks=locks or {},
         generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -176,10 +184,12 @@ def is_current(results: Path, out: Path) -> bool:
     return all(r.stat().st_mtime <= oldest_output for r in results.glob("*.json"))
 
 
-def write_report(results: list[Path], out: Path, warn: Callable[[str], None] | None = None) -> dict[str, Path]:
-    """Render matrix.html, results.csv and results.json from the records in `results` into `out`.
+def write_report(results: list[Path], out: Path, warn: Callable[[str], None] | None = None, since: list[Path] | None = None) -> dict[str, Path]:
+    """Render matrix.html, results.csv and results.json from the records in `results` into `out`;
+    with `since` (an earlier run's results folders), cells whose outcome changed lead the findings.
     Each file is replaced atomically: a failed write leaves the previous report whole."""
     records = load_records(*results, warn=warn)
+    previous = load_records(*since, warn=warn) if since is not None else None
     out.mkdir(parents=True, exist_ok=True)
     frame = results_frame(records)
     paths = report_paths(out)
@@ -187,5 +197,5 @@ def write_report(results: list[Path], out: Path, warn: Callable[[str], None] | N
     write_text_atomic(paths["json"], frame.to_json(orient="records", indent=2) or "[]")
     locks_dir = out / "locks"
     locks = {p.name: str(p.relative_to(out)) for p in sorted(locks_dir.iterdir())} if locks_dir.is_dir() else {}
-    write_text_atomic(paths["html"], render_html(records, locks))
+    write_text_atomic(paths["html"], render_html(records, locks, previous))
     return paths

@@ -59,3 +59,35 @@ def test_report_renders_filters_and_escapes(tmp_path: Path) -> None:
         page.screenshot(path=str(tmp_path / "matrix.png"), full_page=True)
         browser.close()
     assert (tmp_path / "matrix.png").stat().st_size > 10_000
+
+
+def test_first_screen_shows_findings_and_a_failed_control_loud(tmp_path: Path) -> None:
+    """At 1280x800 the findings (with the explaining axis) are on the first screen; reproduced controls
+    are drawn quietly and a control that did not reproduce is loud."""
+    from playwright.sync_api import sync_playwright
+
+    results = tmp_path / "results"
+    common = {"torch": "2.13.0", "cuda": "none", "gpu": "cpu"}
+    records = []
+    for tf in ("4.51.3", "4.57.6", "5.23.0"):
+        records.append(make_record("ok", transformers=tf, **common))
+        records.append(make_record("grad_lost" if tf != "5.23.0" else "ok", scenario="frozen-emb-reentrant", transformers=tf, **common))
+        ctl = "ok" if tf == "5.23.0" else "zero_grad"  # the newest release's control fails to reproduce
+        records.append(make_record(ctl, scenario="ctl-zero-grad", expect="zero_grad", transformers=tf, **common))
+    for rec in records:
+        write_record(results / f"{cell_stem(rec.id)}.json", rec)
+    html = write_report([results], tmp_path)["html"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(html.as_uri())
+        finding = page.locator("#findings li.finding").first
+        assert "transformers" in finding.inner_text() and "grad_lost" in finding.inner_text()
+        box = finding.bounding_box()
+        assert box is not None and box["y"] + box["height"] <= 800  # on the first screen
+        assert page.locator("#failed-controls").is_visible()
+        quiet = page.locator("td.cell.quiet").first.evaluate("e => getComputedStyle(e).backgroundColor")
+        loud = page.locator("td.cell.failedcontrol").evaluate("e => getComputedStyle(e).outlineStyle + ' ' + getComputedStyle(e).backgroundColor")
+        assert quiet == "rgb(246, 248, 250)"  # reproduced controls: pale, muted
+        assert loud.startswith("solid") and "246, 248, 250" not in loud  # the failed control: framed, in its class colour
+        browser.close()
