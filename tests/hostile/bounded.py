@@ -39,6 +39,18 @@ def _limit() -> None:
 Stream = int | IO[bytes] | None
 
 
+def _hwm_kib(pid: int) -> int:
+    """The process's own peak RSS since its exec (VmHWM). Not rusage's ru_maxrss: that counts the
+    pages the child shared with this (large) test process between fork and exec."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def run_bounded(args: list[str], *, stdin: Stream = subprocess.DEVNULL, stdout: Stream = None, cwd: Path | None = None) -> Ended:
     """`python -m envmatrix ARGS` (or `python ARGS` when args[0] is `-c`), bounded and measured."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
@@ -47,8 +59,10 @@ def run_bounded(args: list[str], *, stdin: Stream = subprocess.DEVNULL, stdout: 
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=stdin, stdout=out if stdout is None else stdout, stderr=err, env=env, cwd=cwd or ROOT, preexec_fn=_limit)
         killed = False
+        peak = 0
         while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            peak = max(peak, _hwm_kib(proc.pid))
+            pid, status, _usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
             if time.monotonic() - start > TIME_LIMIT_S:
@@ -59,7 +73,7 @@ def run_bounded(args: list[str], *, stdin: Stream = subprocess.DEVNULL, stdout: 
         seconds = time.monotonic() - start
         out.seek(0)
         err.seek(0)
-        return Ended(proc.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"), seconds, usage.ru_maxrss, killed)
+        return Ended(proc.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"), seconds, peak, killed)
 
 
 def assert_clean_failure(ended: Ended, status: int = 2, *, says: str = "") -> None:
