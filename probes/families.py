@@ -174,10 +174,11 @@ class ModelSource:
     path: str | None
     seed: int = 0
     vision: bool = False
+    origin: str | None = None  # the family a saved checkpoint was made from
 
     @property
     def label(self) -> str:
-        return self.family or f"checkpoint:{self.path}"
+        return self.family or self.origin or f"checkpoint:{self.path}"
 
 
 def resolve(model: str, seed: int) -> ModelSource:

@@ -90,7 +90,7 @@ def save_near_greedy(source: families.ModelSource, model: Any, tokenizer: Any, f
     )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return families.ModelSource(family=None, path=str(folder), seed=source.seed, vision=source.vision)
+    return families.ModelSource(family=None, path=str(folder), seed=source.seed, vision=source.vision, origin=source.label)
 
 
 def setup(
@@ -204,7 +204,7 @@ def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[fam
     tokenizer = families.load_tokenizer(source)
     model = families.build_model(source, attn, tokenizer).to(device)
     if args.saved_gen_config != "none":
-        source = save_near_greedy(source, model, tokenizer, run.out / ".checkpoint")
+        source = save_near_greedy(source, model, tokenizer, run.out / f".checkpoint-rank{run.rank}")
         model = families.build_model(source, attn, tokenizer).to(device)
         run.result["generation"] = {
             "saved": NEAR_GREEDY,

@@ -114,3 +114,16 @@ def test_kernel_stage_at_reduced_sizes(tmp_path: Path) -> None:
     assert outcome == "ok", log[-3000:]
     assert kernels["scale"] == "reduced/16" and kernels["checked"] == 90 and kernels["failures"] == []
     assert set(kernels["worst"]) == {"gemm/bf16", "gemm/fp16", "sdpa/bf16", "sdpa/fp16"} and 0 < kernels["worst"]["gemm/fp16"] < kernels["worst"]["gemm/bf16"]
+
+
+def test_preload_pays_the_heavy_imports_without_cuda() -> None:
+    import subprocess
+
+    code = (
+        "import sys, probes.grpo_smoke as p; p.preload(); import torch; "
+        "print(torch.cuda.is_initialized(), all(m in sys.modules for m in "
+        "('transformers.models.gemma2.modeling_gemma2', 'transformers.models.qwen2_5_vl.modeling_qwen2_5_vl', 'probes.train', 'tokenizers')))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.split() == ["False", "True"]

@@ -119,3 +119,17 @@ def test_gemma2_through_sdpa_is_version_dependent(tmp_path: Path) -> None:
         assert result["parity"]["family"] == "gemma2" and result["parity"]["implementation"] == "sdpa" and result["parity"]["rel_err"] > 0.01
     else:
         assert result["error"]["stage"] == "build" and "scaled_dot_product_attention" in result["error"]["message"]
+
+
+@pytest.mark.parametrize("name", ["gen-config-kwargs", "gen-config-object"])
+def test_saved_near_greedy_generation_config_answer_is_backed_by_diversity(name: str, tmp_path: Path) -> None:
+    """Whether the model's near-greedy file or the trainer's temperature 1.0 wins is the environment's answer;
+    the class must agree with the sampled completions' diversity (collapsed groups ⇔ zero_grad)."""
+    outcome, result, metrics, log = run(name, tmp_path)
+    generation = result["generation"]
+    group = SPEC.scenarios[name].num_generations
+    assert generation["saved"] == {"do_sample": True, "temperature": 0.01, "top_p": 0.001, "top_k": 1}
+    assert generation["asked"]["temperature"] == 1.0 and generation["passed_as"] == SPEC.scenarios[name].saved_gen_config
+    assert generation["distinct_ratio"] == [m["distinct_ratio"] for m in metrics] and len(metrics) == SPEC.scenarios[name].steps
+    collapsed = all(r <= 1 / group for r in generation["distinct_ratio"])
+    assert outcome == ("zero_grad" if collapsed else "ok"), log[-3000:]
