@@ -138,7 +138,7 @@ class Prompts:
 
 def make_prompts(source: families.ModelSource, tokenizer: Any, model: Any, group: int, seed: int, device: torch.device) -> Prompts:
     if source.vision:
-        batch = vision.image_batch(tokenizer, PROMPTS, model.config, seed)
+        batch = vision.image_batch(tokenizer, PROMPTS, model, seed)
         pixels, grid = vision.repeat_images(batch["pixel_values"], batch["image_grid_thw"], group)
         images = {"pixel_values": pixels.to(device), "image_grid_thw": grid.to(device)}
     else:
@@ -163,8 +163,9 @@ def completion_logps(model: Any, samples: grpo.Samples, prompts: Prompts, group:
     """Per-token log-probabilities of the completions (the prompt's mask and images repeated per generation)."""
     plen = prompts.mask.shape[1]
     attn_mask = torch.cat([prompts.mask.repeat_interleave(group, 0), samples.mask], 1)
+    types = vision.token_types(model, samples.sequences) if prompts.images else {}
     with parity.autocast(device, dtype):
-        logits = model(input_ids=samples.sequences, attention_mask=attn_mask, **prompts.images).logits[:, plen - 1 : -1]
+        logits = model(input_ids=samples.sequences, attention_mask=attn_mask, **prompts.images, **types).logits[:, plen - 1 : -1]
     return grpo.token_logps(logits, samples.completions)
 
 
@@ -245,7 +246,7 @@ def probe(run: Run, args: argparse.Namespace) -> int:
 
     run.stage("parity")
     t = time.perf_counter()
-    image_batch = vision.image_batch(tokenizer, parity.PARITY_TEXTS, model.config, args.seed + 1) if source.vision else None
+    image_batch = vision.image_batch(tokenizer, parity.PARITY_TEXTS, model, args.seed + 1) if source.vision else None
     run.result["parity"] = parity.model_parity(source, attn, args.dtype, tokenizer, state, device, image_batch)
     run.timing("parity_s", t)
     run.save()

@@ -7,6 +7,7 @@ positions all vary per row; that is where VLM kernels and position code go wrong
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -40,12 +41,23 @@ def image_prompts(texts: list[str], merge: int, start: str, pad: str, end: str) 
     return [start + pad * image_tokens(GRIDS[i % len(GRIDS)], merge) + end + text for i, text in enumerate(texts)]
 
 
-def image_batch(tokenizer: Any, texts: list[str], model_config: Any, seed: int) -> dict[str, torch.Tensor]:
-    """A left-padded batch of image+text prompts with pixel_values and image_grid_thw."""
-    vision = model_config.vision_config
+def token_types(model: Any, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`mm_token_type_ids` (0 text, 1 image) where the model takes them, as processors return them: from
+    transformers 5.x Qwen2-VL refuses images without them, and Qwen2.5-VL falls back to text positions."""
+    base = getattr(model, "module", model)  # DDP
+    base = base.get_base_model() if hasattr(base, "get_base_model") else base  # peft
+    if "mm_token_type_ids" not in inspect.signature(base.forward).parameters:
+        return {}
+    return {"mm_token_type_ids": (input_ids == base.config.image_token_id).int()}
+
+
+def image_batch(tokenizer: Any, texts: list[str], model: Any, seed: int) -> dict[str, torch.Tensor]:
+    """A left-padded batch of image+text prompts with pixel_values, image_grid_thw (and token types)."""
+    vision = model.config.vision_config
     start, end, pad = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"
     batch = dict(tokenizer(image_prompts(texts, vision.spatial_merge_size, start, pad, end), return_tensors="pt", padding=True))
     batch["pixel_values"], batch["image_grid_thw"] = synthetic_images(len(texts), vision, seed)
+    batch.update(token_types(model, batch["input_ids"]))
     return batch
 
 
