@@ -22,7 +22,7 @@ from envmatrix.runfacts import read_metrics
 from envmatrix.spec import load
 
 #: one scenario per built-in family, plus the kernel stage and DDP
-DEFAULT = ["fp32-sdpa", "llama-sdpa", "gemma2-eager", "vlm-sdpa", "gen-config-kwargs", "kernels-reduced", "ddp2"]
+DEFAULT = ["fp32-sdpa", "llama-sdpa", "gemma2-eager", "vlm-sdpa", "gen-config-kwargs", "kernels-7b", "ddp2"]
 COLUMNS = ("import_s", "build_s", "parity_s", "kernels_s", "step", "total_s", "work", "wall")
 
 
