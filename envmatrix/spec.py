@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import catalog, flashsource
 from .errors import SpecError
+from .families import NAMES as MODEL_FAMILIES
 from .outcomes import EXPECTABLE
 from .patterns import MAX_PATTERNS
 from .patterns import check as pattern_bounds
@@ -41,6 +42,7 @@ class Scenario:
 
     name: str
     description: str = ""
+    model: str = "qwen2"
     dtype: str = "fp32"
     attn: str = "sdpa"
     grad_ckpt: str = "off"
@@ -59,6 +61,8 @@ class Scenario:
     seed: int = 0
     find_unused_parameters: bool = False
     static_graph: bool = False
+    saved_gen_config: str = "none"
+    kernels: str = "off"
     fault: str = "none"
     expect: str | None = None
 
@@ -221,11 +225,14 @@ def _did_you_mean(word: str, choices: list[str]) -> str:
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
+    "model": MODEL_FAMILIES,
     "dtype": ("fp32", "bf16", "fp16"),
     "attn": ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"),
     "grad_ckpt": ("off", "reentrant", "non_reentrant"),
     "std": ("biased", "unbiased"),
-    "fault": ("none", "broken_attention", "sigfpe"),
+    "saved_gen_config": ("none", "kwargs", "config"),
+    "kernels": ("off", "auto", "reduced", "full"),
+    "fault": ("none", "broken_attention", "no_softcap", "sigfpe"),
     "expect": EXPECTABLE,
 }
 RANGES: dict[str, tuple[float, float]] = {

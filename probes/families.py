@@ -1,70 +1,169 @@
-"""The tiny models the probe trains, built in code (no hub access), and a local checkpoint loader.
+"""The tiny models the probe trains, built in code from transformers' config classes (no hub access),
+and the loader for a user's local checkpoint.
 
-A family is a function from (tokenizer, attention implementation) to a config; the model class comes
-from the config. A fresh model is built per attention implementation because older transformers fix
-the attention class at build time.
+A family is a config maker plus the class that trains it; a fresh model is built per attention
+implementation (older transformers fix the attention class at build time) and loaded with the same
+weights. A family the installed transformers lacks is a clear error naming the release that added it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
 
+from probes.record import ProbeInputError
 
-def build_tokenizer() -> Any:
-    """A byte-level tokenizer built in code: 256 byte tokens + pad, bos, eos (259 in all), left padding."""
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+#: gemma2: q/k weights scaled so that attention logits reach the softcap (50, as Gemma-2 ships):
+#: an implementation that ignores the cap then fails parity (measured rel err 0.03 for sdpa on 4.51-4.57).
+SOFTCAP_BITE = 20.0
+
+
+class FamilyUnavailable(ProbeInputError):
+    """The installed transformers lacks a family's classes (a per-cell outcome, not a probe bug)."""
+
+    exit_code = 3
+
+
+def build_tokenizer(vision: bool = False) -> Any:
+    """A byte-level tokenizer built in code: 256 byte tokens + pad, bos, eos (+ the Qwen-VL vision tokens), left padding."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
-    for special in ("<pad>", "<s>", "</s>"):
+    extra = VISION_TOKENS if vision else ()
+    for special in ("<pad>", "<s>", "</s>", *extra):
         vocab[special] = len(vocab)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", model_input_names=["input_ids", "attention_mask"]
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        additional_special_tokens=list(extra),
+        model_input_names=["input_ids", "attention_mask"],
     )
     fast.padding_side = "left"
     return fast
 
 
-def _special_ids(tokenizer: Any) -> dict[str, Any]:
+def _ids(tokenizer: Any) -> dict[str, Any]:
     return {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
 
 
+def _text(tokenizer: Any) -> dict[str, Any]:
+    """The decoder shape every tiny text family shares: 2 layers, 4 heads (2 KV), head_dim 16."""
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        **_ids(tokenizer),
+    }
+
+
 def qwen2_config(tokenizer: Any) -> Any:
-    """A Qwen2-style causal LM small enough to train on 2 CPU cores in a fraction of a second per step."""
-    return transformers.Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-        use_cache=True,
-        **_special_ids(tokenizer),
+    return transformers.Qwen2Config(**_text(tokenizer))
+
+
+def llama_config(tokenizer: Any) -> Any:
+    return transformers.LlamaConfig(**_text(tokenizer), head_dim=16)
+
+
+def gemma2_config(tokenizer: Any) -> Any:
+    """Gemma-2's specials: attention and final logit softcapping, sliding window on alternate layers."""
+    return transformers.Gemma2Config(
+        **_text(tokenizer),
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=8,  # shorter than the parity texts, so the window matters
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
     )
+
+
+def gemma2_bite(model: Any) -> None:
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(SOFTCAP_BITE)
+            layer.self_attn.k_proj.weight.mul_(SOFTCAP_BITE)
+
+
+def _vl_config(config_class: str, vision: dict[str, Any]) -> Callable[[Any], Any]:
+    """A Qwen2-VL-style config: tiny vision tower, mrope on the text side (sections sum to head_dim / 2)."""
+
+    def make(tokenizer: Any) -> Any:
+        cls = getattr(transformers, config_class)
+        ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in zip(("vision_start", "vision_end", "image", "video"), VISION_TOKENS, strict=True)}
+        text = {**_text(tokenizer), "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
+        tokens = {
+            "image_token_id": ids["image"],
+            "video_token_id": ids["video"],
+            "vision_start_token_id": ids["vision_start"],
+            "vision_end_token_id": ids["vision_end"],
+        }
+        if "text_config" in getattr(cls, "sub_configs", {}):
+            cfg = cls(text_config=text, vision_config=vision, **tokens, **_ids(tokenizer), tie_word_embeddings=False)
+        else:  # before 4.52 the text settings sit on the top-level config
+            cfg = cls(**text, vision_config=vision, **tokens)
+        return cfg
+
+    return make
+
+
+VISION_PATCH = {"patch_size": 4, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3}
+qwen2_5_vl_config = _vl_config(
+    "Qwen2_5_VLConfig",
+    {
+        **VISION_PATCH,
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "out_hidden_size": 64,
+        "window_size": 16,
+        "fullatt_block_indexes": [1],
+    },
+)
+qwen2_vl_config = _vl_config("Qwen2VLConfig", {**VISION_PATCH, "depth": 2, "embed_dim": 32, "mlp_ratio": 2, "num_heads": 2, "hidden_size": 64})
 
 
 @dataclass(frozen=True)
 class Family:
-    """A built-in model family: its config maker and the causal-LM class that trains it."""
+    """A built-in family: its config maker, the class that trains it, the release that introduced that class
+    (envmatrix/families.py holds the same facts with their sources; a test keeps them equal)."""
 
     name: str
     config: Callable[[Any], Any]
     model_class: str
+    min_transformers: str
+    vision: bool = False
+    prepare: Callable[[Any], None] | None = None
 
 
 FAMILIES: dict[str, Family] = {
-    "qwen2": Family("qwen2", qwen2_config, "Qwen2ForCausalLM"),
+    f.name: f
+    for f in (
+        Family("qwen2", qwen2_config, "Qwen2ForCausalLM", "4.37.0"),
+        Family("llama", llama_config, "LlamaForCausalLM", "4.28.0"),
+        Family("gemma2", gemma2_config, "Gemma2ForCausalLM", "4.42.0", prepare=gemma2_bite),
+        Family("qwen2_5_vl", qwen2_5_vl_config, "Qwen2_5_VLForConditionalGeneration", "4.49.0", vision=True),
+        Family("qwen2_vl", qwen2_vl_config, "Qwen2VLForConditionalGeneration", "4.45.0", vision=True),
+    )
 }
+VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
 
 
 @dataclass(frozen=True)
@@ -74,29 +173,60 @@ class ModelSource:
     family: str | None
     path: str | None
     seed: int = 0
+    vision: bool = False
+    origin: str | None = None  # the family a saved checkpoint was made from
 
     @property
     def label(self) -> str:
-        return self.family or f"checkpoint:{self.path}"
+        return self.family or self.origin or f"checkpoint:{self.path}"
+
+
+def resolve(model: str, seed: int) -> ModelSource:
+    """`--model` is a family name or a local folder; anything else is a clear error."""
+    if model in FAMILIES:
+        family = FAMILIES[model]
+        if not hasattr(transformers, family.model_class):
+            raise FamilyUnavailable(
+                f"model family {model} needs transformers >= {family.min_transformers} "
+                f"({family.model_class}); this environment has transformers {transformers.__version__}"
+            )
+        return ModelSource(family=model, path=None, seed=seed, vision=family.vision)
+    folder = Path(model)
+    if not (folder / "config.json").is_file():
+        raise ProbeInputError(f"--model {model!r} is neither a built-in family ({', '.join(FAMILIES)}) nor a local checkpoint folder with a config.json")
+    config = transformers.AutoConfig.from_pretrained(model)
+    return ModelSource(family=None, path=model, seed=seed, vision=config.model_type in VISION_MODEL_TYPES)
 
 
 def load_tokenizer(source: ModelSource) -> Any:
-    tokenizer = transformers.AutoTokenizer.from_pretrained(source.path) if source.path else build_tokenizer()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source.path) if source.path else build_tokenizer(vision=source.vision)
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+def _checkpoint_class(path: str) -> Any:
+    """The class a checkpoint names (architectures[0]) when transformers has it, else the causal-LM auto class."""
+    config = transformers.AutoConfig.from_pretrained(path)
+    named = (getattr(config, "architectures", None) or [""])[0]
+    return getattr(transformers, named, None) or transformers.AutoModelForCausalLM
 
 
 def build_model(source: ModelSource, attn: str, tokenizer: Any, state: dict[str, torch.Tensor] | None = None) -> Any:
     """A fresh fp32 model with attention `attn`, optionally loaded with `state` (the same weights every time)."""
     model: Any
     if source.path:
-        model = transformers.AutoModelForCausalLM.from_pretrained(source.path, attn_implementation=attn, torch_dtype=torch.float32)
+        model = _checkpoint_class(source.path).from_pretrained(source.path, attn_implementation=attn, torch_dtype=torch.float32)
     else:
         family = FAMILIES[source.family or "qwen2"]
         cfg = family.config(tokenizer)
         cfg._attn_implementation = attn
+        for sub in ("text_config", "vision_config"):
+            if isinstance(getattr(cfg, sub, None), transformers.PretrainedConfig):
+                getattr(cfg, sub)._attn_implementation = attn
         torch.manual_seed(source.seed)
         model = getattr(transformers, family.model_class)(cfg)
+        if family.prepare is not None:
+            family.prepare(model)
     if state is not None:
         model.load_state_dict(state)
     return model
@@ -105,4 +235,4 @@ def build_model(source: ModelSource, attn: str, tokenizer: Any, state: dict[str,
 def preload_model_classes() -> None:
     """Import every built-in family's model module now (transformers loads them lazily on first use)."""
     for family in FAMILIES.values():
-        getattr(transformers, family.model_class)
+        getattr(transformers, family.model_class, None)

@@ -9,6 +9,7 @@ import torch
 import transformers
 
 BROKEN_ATTENTION = "envmatrix_broken"
+NO_SOFTCAP_ATTENTION = "envmatrix_no_softcap"
 
 
 def register_broken_attention() -> str | None:
@@ -25,6 +26,25 @@ def register_broken_attention() -> str | None:
     iface.register(BROKEN_ATTENTION, broken)
     register_sdpa_mask(BROKEN_ATTENTION)
     return None
+
+
+def register_no_softcap_attention() -> str | None:
+    """Register sdpa with the softcap dropped (what an implementation that ignores Gemma-2's cap computes)."""
+    iface = getattr(transformers, "AttentionInterface", None)
+    if iface is None:
+        return f"transformers {transformers.__version__} has no attention registry (AttentionInterface arrived in 4.48)"
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def no_softcap(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any, **kwargs: Any) -> Any:
+        kwargs.pop("softcap", None)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    iface.register(NO_SOFTCAP_ATTENTION, no_softcap)
+    register_sdpa_mask(NO_SOFTCAP_ATTENTION)
+    return None
+
+
+FAULT_ATTENTION = {"broken_attention": (BROKEN_ATTENTION, register_broken_attention), "no_softcap": (NO_SOFTCAP_ATTENTION, register_no_softcap_attention)}
 
 
 def register_sdpa_mask(name: str) -> None:

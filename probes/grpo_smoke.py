@@ -4,7 +4,8 @@ fine-tuning does, and writes what it measured. It decides no verdict (envmatrix'
 
 Imports only the standard library, torch, transformers and tokenizers (peft for LoRA): it runs INSIDE
 the environment under test. Contract: command line in; `result.json`, `metrics.jsonl` and a progress line
-per step out; exit 0 when it finished whatever it measured, 1 on a crash, 130 on Ctrl-C, 2 on bad options.
+per step out; exit 0 when it finished whatever it measured, 1 on a crash, 130 on Ctrl-C, 2 on bad options
+(or a --model that is neither a family nor a checkpoint folder), 3 for a family this transformers lacks.
 
     python probes/grpo_smoke.py --out DIR [options]
     torchrun --nproc-per-node 2 probes/grpo_smoke.py --out DIR [options]      # DDP (gloo on CPU)
@@ -25,14 +26,14 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # run as a script: make the `probes` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from probes.record import Run
+from probes.record import ProbeInputError, Run
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Options mirror matrix.yaml's scenario fields (spec.Scenario.probe_args writes them; a test proves they agree)."""
     p = argparse.ArgumentParser(prog="grpo_smoke.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="folder for result.json and metrics.jsonl")
-    p.add_argument("--model", default=None, help="a local checkpoint folder instead of the built-in tiny Qwen2 model")
+    p.add_argument("--model", default="qwen2", help="a built-in tiny family (qwen2, llama, gemma2, qwen2_5_vl, qwen2_vl) or a local checkpoint folder")
     p.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--attn", default="sdpa", help="attention implementation (eager, sdpa, flash_attention_2, ...)")
@@ -56,7 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=False)
-    p.add_argument("--fault", choices=("none", "broken_attention", "sigfpe"), default="none", help="inject a known failure (controls)")
+    p.add_argument(
+        "--saved-gen-config",
+        choices=("none", "kwargs", "config"),
+        default="none",
+        help="save the model with a near-greedy generation_config.json, then sample with the scenario's settings as generate kwargs or a GenerationConfig",
+    )
+    p.add_argument(
+        "--kernels", choices=("off", "auto", "reduced", "full"), default="off", help="real-size GEMM and attention stage (auto: full on GPU, reduced on CPU)"
+    )
+    p.add_argument("--fault", choices=("none", "broken_attention", "no_softcap", "sigfpe"), default="none", help="inject a known failure (controls)")
     p.add_argument("--collective-timeout", type=float, default=60.0, help="seconds before a stuck collective fails")
     return p
 
@@ -91,7 +101,7 @@ def preload() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the probe once; returns its exit status (0 finished, 1 crashed, 130 interrupted, 2 bad options)."""
+    """Run the probe once; returns its exit status (0 finished, 1 crashed, 130 interrupted, 2 bad input, 3 family unavailable)."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse already printed what is wrong
@@ -104,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         from probes import train
 
         code = train.probe(run, args)
+    except ProbeInputError as exc:  # the user's input, not a crash: one clear line, no traceback
+        run.result["error"] = {"type": type(exc).__name__, "message": str(exc), "stage": run.result["stage"]}
+        print(f"grpo_smoke.py: error: {exc}", file=sys.stderr, flush=True)
+        code = exc.exit_code
     except BaseException as exc:  # record the crash, then fail the way it would have
         run.result["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000], "stage": run.result["stage"]}
         run.save()

@@ -36,15 +36,41 @@ def compare(logits: Callable[[str, bool], torch.Tensor], attn: str, dtype: str) 
     return {"implementation": attn, "dtype": dtype, **verdict(ref, test, base), "padding_side": "left"}
 
 
-def text_parity(source: families.ModelSource, attn: str, dtype: str, tokenizer: Any, state: dict[str, torch.Tensor], device: torch.device) -> dict[str, Any]:
-    """Parity of the text path on PARITY_TEXTS (left padded; padded positions are not compared)."""
-    batch = tokenizer(PARITY_TEXTS, return_tensors="pt", padding=True).to(device)
-    keep = batch["attention_mask"].bool()
+def model_parity(
+    source: families.ModelSource,
+    attn: str,
+    dtype: str,
+    tokenizer: Any,
+    state: dict[str, torch.Tensor],
+    device: torch.device,
+    image_batch: dict[str, torch.Tensor] | None = None,
+) -> dict[str, Any]:
+    """Parity of the text path on PARITY_TEXTS and, for a VLM, of the image path (image tokens included);
+    the worst path's figures are the verdict's, each path's are under `paths`. Padded positions are not compared."""
+    batches = {"text": dict(tokenizer(PARITY_TEXTS, return_tensors="pt", padding=True))}
+    if image_batch is not None:
+        batches["image"] = image_batch
+    models: dict[str, Any] = {}
 
-    def logits(impl: str, mixed: bool) -> torch.Tensor:
-        model = families.build_model(source, impl, tokenizer, state).to(device).eval()
-        with torch.no_grad(), autocast(device, dtype) if mixed else torch.autocast(device.type, enabled=False):
-            out: torch.Tensor = model(**batch).logits.float()
-        return out[keep]
+    def path_logits(batch: dict[str, torch.Tensor]) -> Callable[[str, bool], torch.Tensor]:
+        on_device = {k: v.to(device) for k, v in batch.items()}
+        keep = on_device["attention_mask"].bool()
 
-    return compare(logits, attn, dtype)
+        def logits(impl: str, mixed: bool) -> torch.Tensor:
+            if impl not in models:
+                models[impl] = families.build_model(source, impl, tokenizer, state).to(device).eval()
+            with torch.no_grad(), autocast(device, dtype) if mixed else torch.autocast(device.type, enabled=False):
+                out: torch.Tensor = models[impl](**on_device).logits.float()
+            return out[keep]
+
+        return logits
+
+    paths = {name: compare(path_logits(batch), attn, dtype) for name, batch in batches.items()}
+    worst = max(paths, key=lambda n: (not paths[n]["within_tolerance"], paths[n]["rel_err"] - paths[n]["tolerance"]))
+    return {
+        **paths[worst],
+        "family": source.label,
+        "path": worst,
+        "within_tolerance": all(p["within_tolerance"] for p in paths.values()),
+        "paths": {name: {k: p[k] for k in ("rel_err", "baseline_rel_err", "tolerance", "within_tolerance")} for name, p in paths.items()},
+    }

@@ -13,6 +13,13 @@ from typing import Any, TextIO
 PROBE_VERSION = "1"
 
 
+class ProbeInputError(Exception):
+    """Input the probe cannot run (an unknown model folder, a family this transformers lacks): a clear
+    one-line error in result.json and on stderr, no traceback, and its own exit status."""
+
+    exit_code = 2
+
+
 def write_json(path: Path, data: Any) -> None:
     """Atomic write: a probe killed mid-write leaves the previous complete file."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")

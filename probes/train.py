@@ -8,18 +8,21 @@ import datetime
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed
 import transformers
 
-from probes import families, faults, grpo, parity
+from probes import families, faults, grpo, kernels, parity, vision
 from probes.envfacts import environment_facts
 from probes.record import Run
 
 PROMPTS = ["Add 2 and 3:", "Name a colour:", "Say hi:", "Count to 3:"]
 MAX_NEW_TOKENS = 16
+#: what Qwen2-VL ships in its generation_config.json: near-greedy sampling
+NEAR_GREEDY = {"do_sample": True, "temperature": 0.01, "top_p": 0.001, "top_k": 1}
 
 
 def pick_device(requested: str, world: int) -> torch.device:
@@ -52,19 +55,42 @@ class Trainee:
     optimizer: torch.optim.Optimizer
 
 
-def generation_config(args: argparse.Namespace, tokenizer: Any) -> Any:
-    """Sampling as the scenario asks: do_sample with its temperature, top_p, top_k."""
-    return transformers.GenerationConfig(
-        do_sample=True,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        max_new_tokens=MAX_NEW_TOKENS,
-        num_return_sequences=args.num_generations,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id,
+def sampling_kwargs(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
+    """Sampling as the scenario (the trainer) asks: do_sample with its temperature, top_p, top_k; never the
+    vision placeholders (a sampled image token would not match any image in the training forward)."""
+    vision_ids = [i for i in tokenizer.convert_tokens_to_ids(list(families.VISION_TOKENS)) if i is not None and i != tokenizer.unk_token_id]
+    return {
+        **({"suppress_tokens": vision_ids} if vision_ids else {}),
+        "do_sample": True,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "num_return_sequences": args.num_generations,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+    }
+
+
+def generate_kwargs(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
+    """What generate() receives beyond the prompts: the settings as generate kwargs (`kwargs`) or inside a
+    GenerationConfig (the default, and `config`), the two ways trainers pass them."""
+    settings = sampling_kwargs(args, tokenizer)
+    if args.saved_gen_config == "kwargs":
+        return settings
+    return {"generation_config": transformers.GenerationConfig(**settings)}
+
+
+def save_near_greedy(source: families.ModelSource, model: Any, tokenizer: Any, folder: Path) -> families.ModelSource:
+    """Save the model with a near-greedy generation_config.json and load it back the way users do, so
+    generate() sees the file's settings as the model's defaults."""
+    model.generation_config = transformers.GenerationConfig(
+        **NEAR_GREEDY, **{k: getattr(tokenizer, k) for k in ("pad_token_id", "eos_token_id", "bos_token_id")}
     )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return families.ModelSource(family=None, path=str(folder), seed=source.seed, vision=source.vision, origin=source.label)
 
 
 def setup(
@@ -92,6 +118,7 @@ def setup(
         faults.remove_input_grad_hooks(model, hooks)
     run.result["input_grad_hook"] = {"hooks_after_setup": len(hooks), "removed": 0 if args.input_grad_hook else len(hooks)}
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    run.result.setdefault("model", {})["trainable_vision_params"] = sum("visual" in n for n in trainable)
     train_model: Any = model
     if run.world > 1:
         train_model = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=args.find_unused_parameters, static_graph=args.static_graph)
@@ -99,39 +126,61 @@ def setup(
     return Trainee(model=model, train_model=train_model, ref_model=ref_model, trainable=trainable, optimizer=optimizer)
 
 
-def sample(model: Any, prompts: Any, gen_config: Any, tokenizer: Any, seed: int, dtype: str, device: torch.device) -> grpo.Samples:
+@dataclass(frozen=True)
+class Prompts:
+    """The prompt batch for generate() (with images for a VLM) and, per generated sequence, what the
+    training forward needs besides the sequence: the prompt's mask and its images."""
+
+    batch: dict[str, torch.Tensor]
+    mask: torch.Tensor
+    images: dict[str, torch.Tensor]
+
+
+def make_prompts(source: families.ModelSource, tokenizer: Any, model: Any, group: int, seed: int, device: torch.device) -> Prompts:
+    if source.vision:
+        batch = vision.image_batch(tokenizer, PROMPTS, model, seed)
+        pixels, grid = vision.repeat_images(batch["pixel_values"], batch["image_grid_thw"], group)
+        images = {"pixel_values": pixels.to(device), "image_grid_thw": grid.to(device)}
+    else:
+        batch, images = dict(tokenizer(PROMPTS, return_tensors="pt", padding=True)), {}
+    batch = {k: v.to(device) for k, v in batch.items()}
+    return Prompts(batch=batch, mask=batch["attention_mask"], images=images)
+
+
+def sample(model: Any, prompts: Prompts, gen_kwargs: dict[str, Any], tokenizer: Any, seed: int, dtype: str, device: torch.device) -> grpo.Samples:
     """One sampling round under a fixed seed, in eval mode and without gradients, as trainers generate."""
     torch.manual_seed(seed)
     model.eval()
     with torch.no_grad(), parity.autocast(device, dtype):
-        seqs = model.generate(**prompts, generation_config=gen_config)
+        seqs = model.generate(**prompts.batch, **gen_kwargs)
     model.train()
     return grpo.split_samples(
-        seqs, prompts["input_ids"].shape[1], tokenizer.eos_token_id, tokenizer.pad_token_id, lambda t: tokenizer.batch_decode(t, skip_special_tokens=True)
+        seqs, prompts.batch["input_ids"].shape[1], tokenizer.eos_token_id, tokenizer.pad_token_id, lambda t: tokenizer.batch_decode(t, skip_special_tokens=True)
     )
 
 
-def completion_logps(model: Any, samples: grpo.Samples, prompt_mask: torch.Tensor, group: int, dtype: str, device: torch.device) -> torch.Tensor:
-    """Per-token log-probabilities of the completions (the prompt's mask repeated per generation)."""
-    plen = prompt_mask.shape[1]
-    attn_mask = torch.cat([prompt_mask.repeat_interleave(group, 0), samples.mask], 1)
+def completion_logps(model: Any, samples: grpo.Samples, prompts: Prompts, group: int, dtype: str, device: torch.device) -> torch.Tensor:
+    """Per-token log-probabilities of the completions (the prompt's mask and images repeated per generation)."""
+    plen = prompts.mask.shape[1]
+    attn_mask = torch.cat([prompts.mask.repeat_interleave(group, 0), samples.mask], 1)
+    types = vision.token_types(model, samples.sequences) if prompts.images else {}
     with parity.autocast(device, dtype):
-        logits = model(input_ids=samples.sequences, attention_mask=attn_mask).logits[:, plen - 1 : -1]
+        logits = model(input_ids=samples.sequences, attention_mask=attn_mask, **prompts.images, **types).logits[:, plen - 1 : -1]
     return grpo.token_logps(logits, samples.completions)
 
 
 def train_step(
-    t: Trainee, samples: grpo.Samples, prompt_mask: torch.Tensor, args: argparse.Namespace, device: torch.device, book: grpo.StepBook
+    t: Trainee, samples: grpo.Samples, prompts: Prompts, args: argparse.Namespace, device: torch.device, book: grpo.StepBook
 ) -> tuple[torch.Tensor, torch.Tensor, float | None, float]:
     """Score, compute the loss, step the optimizer; (rewards, loss, kl, grad_norm)."""
     G = args.num_generations
     rewards = grpo.rewards_for(samples.texts, G, device)
     adv = grpo.advantages(rewards, args.std)
-    logp = completion_logps(t.train_model, samples, prompt_mask, G, args.dtype, device)
+    logp = completion_logps(t.train_model, samples, prompts, G, args.dtype, device)
     ref_logp = None
     if t.ref_model is not None:
         with torch.no_grad():
-            ref_logp = completion_logps(t.ref_model, samples, prompt_mask, G, args.dtype, device)
+            ref_logp = completion_logps(t.ref_model, samples, prompts, G, args.dtype, device)
     loss, kl = grpo.grpo_loss(logp, adv, samples.mask, args.beta, ref_logp)
     t.optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -139,6 +188,47 @@ def train_step(
     grad_norm = torch.nn.utils.clip_grad_norm_(list(t.trainable.values()), 1.0).item()
     t.optimizer.step()
     return rewards, loss, kl, grad_norm
+
+
+def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[families.ModelSource, str, Any, Any, dict[str, torch.Tensor]]:
+    """The fault's attention (if any), the model source, tokenizer, model and its initial weights."""
+    attn = args.attn
+    fault_note = None
+    if args.fault in faults.FAULT_ATTENTION:
+        name, register = faults.FAULT_ATTENTION[args.fault]
+        fault_note = register()
+        if fault_note is None:
+            attn = name
+    run.result["fault"] = {"name": args.fault, "applied": args.fault != "none" and fault_note is None, "note": fault_note}
+    source = families.resolve(args.model, args.seed)
+    run.result["model"] = {"source": source.label, "vision": source.vision, "attn": attn}
+    tokenizer = families.load_tokenizer(source)
+    model = families.build_model(source, attn, tokenizer).to(device)
+    if args.saved_gen_config != "none":
+        source = save_near_greedy(source, model, tokenizer, run.out / f".checkpoint-rank{run.rank}")
+        model = families.build_model(source, attn, tokenizer).to(device)
+        run.result["generation"] = {
+            "saved": NEAR_GREEDY,
+            "asked": {k: getattr(args, k) for k in ("temperature", "top_p", "top_k")},
+            "passed_as": args.saved_gen_config,
+        }
+    run.result["model"]["class"] = type(model).__name__
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return source, attn, tokenizer, model, state
+
+
+def kernel_stage(run: Run, mode: str, device: torch.device) -> None:
+    """Real-size GEMMs and attention; the shape being run is on disk before it runs."""
+    t = time.perf_counter()
+    run.stage("kernels")
+
+    def before(label: dict[str, Any]) -> None:
+        run.result["kernels"] = {"running": label}
+        run.save()
+
+    run.result["kernels"] = kernels.run_stage(device, mode, before)
+    run.timing("kernels_s", t)
+    run.save()
 
 
 def probe(run: Run, args: argparse.Namespace) -> int:
@@ -151,30 +241,24 @@ def probe(run: Run, args: argparse.Namespace) -> int:
     run.save()
 
     t = time.perf_counter()
-    attn = args.attn
-    fault_note = None
-    if args.fault == "broken_attention":
-        fault_note = faults.register_broken_attention()
-        if fault_note is None:
-            attn = faults.BROKEN_ATTENTION
-    run.result["fault"] = {"name": args.fault, "applied": args.fault != "none" and fault_note is None, "note": fault_note}
-    source = families.ModelSource(family=None if args.model else "qwen2", path=args.model, seed=args.seed)
-    tokenizer = families.load_tokenizer(source)
-    model = families.build_model(source, attn, tokenizer).to(device)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    source, attn, tokenizer, model, state = build(run, args, device)
     run.timing("build_s", t)
 
     run.stage("parity")
     t = time.perf_counter()
-    run.result["parity"] = parity.text_parity(source, attn, args.dtype, tokenizer, state, device)
+    image_batch = vision.image_batch(tokenizer, parity.PARITY_TEXTS, model, args.seed + 1) if source.vision else None
+    run.result["parity"] = parity.model_parity(source, attn, args.dtype, tokenizer, state, device, image_batch)
     run.timing("parity_s", t)
     run.save()
+
+    if args.kernels != "off":
+        kernel_stage(run, args.kernels, device)
 
     run.stage("setup")
     trainee = setup(run, args, source, attn, model, tokenizer, state, device)
     book = grpo.StepBook.start(trainee.trainable)
-    gen_config = generation_config(args, tokenizer)
-    prompts = tokenizer(PROMPTS, return_tensors="pt", padding=True).to(device)
+    gen_kwargs = generate_kwargs(args, tokenizer)
+    prompts = make_prompts(source, tokenizer, model, args.num_generations, args.seed, device)
     run.result.update(trainable_params=len(trainee.trainable), samples=[])
     run.stage("train")
     t_train = time.perf_counter()
@@ -185,8 +269,8 @@ def probe(run: Run, args: argparse.Namespace) -> int:
             run.save()
             run.log("injecting a trapping integer division (fault sigfpe)")
             faults.inject_sigfpe()
-        samples = sample(trainee.model, prompts, gen_config, tokenizer, args.seed * 7919 + step * 101 + run.rank, args.dtype, device)
-        rewards, loss, kl, grad_norm = train_step(trainee, samples, prompts["attention_mask"], args, device, book)
+        samples = sample(trainee.model, prompts, gen_kwargs, tokenizer, args.seed * 7919 + step * 101 + run.rank, args.dtype, device)
+        rewards, loss, kl, grad_norm = train_step(trainee, samples, prompts, args, device, book)
         row = grpo.metrics_row(step + 1, loss.item(), grad_norm, rewards, samples.mask, samples.texts, time.perf_counter() - t_step, kl)
         book.note_row(row)
         run.result["first_nonfinite_step"] = book.first_nonfinite_step
@@ -195,6 +279,9 @@ def probe(run: Run, args: argparse.Namespace) -> int:
             run.result["samples"] = [repr(x) for x in samples.texts[: 2 * args.num_generations]]
         run.result["steps_completed"] = step + 1
         run.result["grad_norm_first_steps"] = list(book.grad_norms)
+        if "generation" in run.result:
+            ratios = run.result["generation"].setdefault("distinct_ratio", [])
+            ratios.append(row["distinct_ratio"])
         run.save()
     run.timing("train_s", t_train)
     run.result["params"] = book.params_summary(trainee.trainable)

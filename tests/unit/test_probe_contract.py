@@ -51,3 +51,20 @@ def test_a_scenario_round_trips_through_the_parser() -> None:
     parsed = vars(PARSER.parse_args(["--out", "x", *scenario.probe_args()]))
     for f in PASSED:
         assert parsed[f.name] == getattr(scenario, f.name), f.name
+
+
+def test_model_families_agree_with_envmatrix_facts() -> None:
+    pytest.importorskip("torch")
+    from envmatrix import families as facts
+    from probes import families
+
+    assert set(families.FAMILIES) == set(facts.FAMILIES) == set(CHOICES["model"])
+    for name, family in families.FAMILIES.items():
+        assert (family.model_class, family.min_transformers) == (facts.FAMILIES[name].model_class, facts.FAMILIES[name].min_transformers), name
+
+
+def test_missing_reason_names_the_release() -> None:
+    from envmatrix.families import missing_reason
+
+    assert missing_reason("gemma2", "4.41.2") == "model family gemma2 needs transformers >= 4.42.0 (Gemma2ForCausalLM); this environment has 4.41.2"
+    assert missing_reason("gemma2", "4.42.0") is None and missing_reason("qwen2_5_vl", "5.23.0") is None

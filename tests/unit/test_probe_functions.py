@@ -182,3 +182,51 @@ def test_a_crash_in_the_heavy_imports_is_recorded(tmp_path: Path, monkeypatch: p
         assert result["stage"] == "import" and not result["finished"]
         assert result["error"] == {"type": "ImportError", "message": "libcudart.so.12: cannot open shared object file", "stage": "import"}
         assert result["options"]["steps"] == 1
+
+
+def test_kernel_judge_names_what_went_wrong() -> None:
+    from probes import kernels
+
+    label = {"model": "m", "op": "qkv_proj", "dtype": "bf16"}
+
+    def check(got: list[torch.Tensor], ref: list[torch.Tensor]) -> kernels.Check:
+        return kernels.Check(label, lambda: (got, ref))
+
+    def raises() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")
+
+    one = torch.ones(4)
+    err, failure = kernels.judge(check([one * 1.001], [one]))
+    assert err == pytest.approx(0.001, rel=1e-3) and failure is None
+    assert kernels.judge(check([one * float("inf")], [one]))[1] == {**label, "problem": "non_finite"}
+    err, failure = kernels.judge(check([one * 1.5], [one]))
+    assert failure is not None and failure["problem"] == "mismatch" and err == pytest.approx(0.5)
+    assert kernels.judge(kernels.Check(label, raises)) == (None, {**label, "problem": "raised", "error": "RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"})
+
+
+def test_kernel_shapes_are_the_published_layer_sizes_and_reduce_on_cpu() -> None:
+    from probes import kernels
+
+    llama = next(s for s in kernels.SHAPES if s.model == "Llama-3-8B")
+    assert kernels.gemms(llama) == {"qkv_proj": (4096, 6144), "o_proj": (4096, 4096), "gate_up_proj": (4096, 28672), "down_proj": (14336, 4096)}
+    small = kernels.scaled(llama, 16)
+    assert (small.hidden, small.intermediate, small.heads, small.kv_heads, small.head_dim) == (256, 896, 8, 2, 128)
+    assert kernels.scaled(llama, 1) is llama
+
+
+def test_images_repeat_per_generation_in_sequence_order() -> None:
+    from probes import vision
+
+    grid = torch.tensor([[1, 2, 2], [1, 2, 4]])
+    pixels = torch.arange(12).view(12, 1).float()  # image 0: rows 0-3, image 1: rows 4-11
+    rep, rep_grid = vision.repeat_images(pixels, grid, 2)
+    assert rep.view(-1).tolist() == [0, 1, 2, 3] * 2 + list(range(4, 12)) * 2
+    assert rep_grid.tolist() == [[1, 2, 2], [1, 2, 2], [1, 2, 4], [1, 2, 4]]
+
+
+def test_image_prompts_carry_one_placeholder_per_merged_patch() -> None:
+    from probes import vision
+
+    prompts = vision.image_prompts(["a", "b", "c", "d"], 2, "<s>", "P", "</s>")
+    assert [p.count("P") for p in prompts] == [vision.image_tokens(g, 2) for g in vision.GRIDS] == [4, 2, 6, 1]
+    assert prompts[1] == "<s>PP</s>b"
