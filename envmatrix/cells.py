@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from . import catalog
+from . import catalog, families
 from .errors import InputError
 from .patterns import PatternError, compile_selection
 from .spec import AXES, Profile, Rule, Scenario, Spec
@@ -123,6 +123,8 @@ def expand(spec: Spec, profile_name: str, *, only: Iterable[str] = (), skip: Ite
                 continue
             reasons = list(env_reasons)
             reasons += catalog.scenario_reasons(attn=scenario.attn, dtype=scenario.dtype, flash_attn=env.flash_attn, gpu=env.gpu)
+            if scenario.model in families.FAMILIES and (missing := families.missing_reason(scenario.model, env.transformers)):
+                reasons.append(missing)
             for rule in profile.exclude:
                 if _rule_matches(rule, env, scenario):
                     reasons.append(f"excluded by {rule.where}" + (f": {rule.reason}" if rule.reason else ""))

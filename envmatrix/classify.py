@@ -96,15 +96,40 @@ def _log(outcome: str) -> Rule:
     return rule
 
 
+def _shape(label: Any) -> str:
+    """A kernel-stage check's label as text: model, op, dtype and sizes."""
+    if not isinstance(label, dict):
+        return str(label)
+    return " ".join(f"{k}={v}" for k, v in label.items() if k not in ("problem", "error"))
+
+
+def _kernel_failure(f: RunFacts, problem: str) -> str | None:
+    """The first real-size kernel check (probe stage `kernels`) that failed this way, as evidence."""
+    kernels = (f.result or {}).get("kernels") or {}
+    failures = kernels.get("failures") if isinstance(kernels, dict) else None
+    if not isinstance(failures, list):
+        return None
+    for failure in failures:
+        if isinstance(failure, dict) and failure.get("problem") == problem:
+            detail = f": {failure['error']}" if failure.get("error") else ""
+            return f"probe kernel stage: {problem.replace('_', '-')} at {_shape(failure)}{detail} ({len(failures)} of {kernels.get('checked')} checks failed)"
+    return None
+
+
 def _sigfpe(f: RunFacts) -> str | None:
     if signal_number(f.exit_code) == signal.SIGFPE:
         hit = f.scan.first("sigfpe")
-        return f"process died of SIGFPE (exit status {f.exit_code})" + (f"; {hit.quote()}" if hit else "")
+        running = ((f.result or {}).get("kernels") or {}).get("running")
+        where = f" in the kernel stage at {_shape(running)}" if running else ""
+        return f"process died of SIGFPE (exit status {f.exit_code}){where}" + (f"; {hit.quote()}" if hit else "")
     return _log("sigfpe")(f)
 
 
 def _nan(f: RunFacts) -> str | None:
     res = f.result or {}
+    kernel = _kernel_failure(f, "non_finite")
+    if kernel is not None:
+        return kernel
     step = res.get("first_nonfinite_step")
     if step is not None:
         row = next((m for m in f.metrics if m.get("step") == step), {})
@@ -144,11 +169,15 @@ def _grad_lost(f: RunFacts) -> str | None:
 def _garbled(f: RunFacts) -> str | None:
     parity = (f.result or {}).get("parity") or {}
     if parity.get("within_tolerance") is False:
+        family = f"{parity['family']} ({parity.get('path', 'text')} path) " if parity.get("family") else ""
         return (
-            f"probe: attention parity failed: {parity.get('implementation')} {parity.get('dtype')} logits vs fp32 eager "
+            f"probe: attention parity failed: {family}{parity.get('implementation')} {parity.get('dtype')} logits vs fp32 eager "
             f"rel err {parity.get('rel_err'):.3g} > tolerance {parity.get('tolerance'):.3g} "
             f"(same-dtype eager {parity.get('baseline_rel_err'):.3g})"
         )
+    kernel = _kernel_failure(f, "mismatch")
+    if kernel is not None:
+        return kernel
     for i, text in enumerate(_samples(f)):
         judged = garbled(text)
         if judged is not None:
@@ -166,9 +195,10 @@ def _zero_grad(f: RunFacts) -> str | None:
     rows = [m for m in f.metrics if isinstance(m.get("grad_norm"), (int, float))][:FIRST_STEPS]
     if rows and all(m["grad_norm"] == 0 for m in rows):
         last = rows[-1]
+        diversity = f", distinct completions {last['distinct_ratio']:.2g}" if isinstance(last.get("distinct_ratio"), (int, float)) else ""
         return (
             f"probe: grad_norm 0.0 on steps {rows[0].get('step')}-{last.get('step')} "
-            f"(reward_std {last.get('reward_std')}, frac_reward_zero_std {last.get('frac_reward_zero_std')})"
+            f"(reward_std {last.get('reward_std')}, frac_reward_zero_std {last.get('frac_reward_zero_std')}{diversity})"
         )
     if f.metrics:
         return None
@@ -191,6 +221,9 @@ def _crash(f: RunFacts) -> str | None:
 
 def _error(f: RunFacts) -> str | None:
     res = f.result or {}
+    kernel = _kernel_failure(f, "raised")
+    if kernel is not None:
+        return kernel
     if res.get("error"):
         err = res["error"]
         return f"probe raised {err.get('type')} during {err.get('stage')}: {str(err.get('message'))[:300]}"

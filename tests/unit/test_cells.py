@@ -138,3 +138,13 @@ def test_random_brace_patterns_stay_bounded(pattern: str) -> None:
 def test_compiled_selection_agrees_with_fnmatch(pattern: str, cell_id: str) -> None:
     """Without braces, one compiled selection means what fnmatch means (a pattern naming an environment selects its cells)."""
     assert matches(cell_id, [pattern]) == (fnmatch.fnmatchcase(cell_id, pattern) or fnmatch.fnmatchcase(cell_id, pattern + "/*"))
+
+
+def test_a_family_the_transformers_release_lacks_is_skipped_with_the_release_that_added_it(matrix: Callable[..., Path]) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        data["profiles"]["cpu"]["transformers"] = ["4.40.0", "4.57.6"]
+        data["scenarios"] = {"gemma2": {"model": "gemma2", "attn": "eager"}}
+
+    cells = {c.env.transformers: c for c in expand(load(matrix(edit)), "cpu")}
+    assert cells["4.40.0"].status == "skipped" and "gemma2 needs transformers >= 4.42.0" in cells["4.40.0"].reason
+    assert cells["4.57.6"].status == "planned"

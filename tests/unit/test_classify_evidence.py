@@ -170,3 +170,32 @@ def test_malformed_probe_fields_are_ignored() -> None:
 )
 def test_older_and_newer_wordings(line: str, expected: str) -> None:
     assert verdict(line + "\n").outcome == expected
+
+
+# ---- the probe's real-size kernel stage and families ------------------------------------------------
+
+
+def _kernel_facts(problem: str) -> RunFacts:
+    label = {"model": "qwen2.5-7b", "op": "mlp_up", "dtype": "bf16", "seq": 2048}
+    failure = {**label, "problem": problem, **({"error": "RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"} if problem == "raised" else {})}
+    result = {"finished": True, "steps_completed": 2, "kernels": {"checked": 90, "failures": [failure]}}
+    return RunFacts(exit_code=0, result=result, metrics=({"step": 1, "grad_norm": 0.5, "loss": 0.1},))
+
+
+@pytest.mark.parametrize(("problem", "outcome"), [("non_finite", "nan_loss"), ("mismatch", "garbled_output"), ("raised", "error")])
+def test_kernel_stage_failures_are_classified_with_their_shape(problem: str, outcome: str) -> None:
+    verdict = classify(_kernel_facts(problem))
+    assert verdict.outcome == outcome and "qwen2.5-7b" in verdict.evidence and "seq=2048" in verdict.evidence
+
+
+def test_sigfpe_in_the_kernel_stage_names_the_shape() -> None:
+    result = {"finished": False, "stage": "kernels", "kernels": {"running": {"model": "llama-3-8b", "op": "attn_qkv", "dtype": "fp16"}}}
+    verdict = classify(RunFacts(exit_code=-8, result=result))
+    assert verdict.outcome == "sigfpe" and "llama-3-8b" in verdict.evidence
+
+
+def test_parity_failure_names_the_family_and_path() -> None:
+    parity = {"within_tolerance": False, "family": "gemma2", "path": "text", "implementation": "sdpa", "dtype": "fp32"}
+    parity |= {"rel_err": 0.0308, "tolerance": 1e-5, "baseline_rel_err": 0.0}
+    verdict = classify(RunFacts(exit_code=0, result={"finished": True, "steps_completed": 4, "parity": parity}))
+    assert verdict.outcome == "garbled_output" and "gemma2 (text path) sdpa" in verdict.evidence
