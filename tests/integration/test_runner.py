@@ -94,7 +94,7 @@ def test_venv_backend_end_to_end(tmp_path: Path) -> None:
         assert any(line.startswith("transformers==") for line in rec["environment"]["build"]["freeze"])
         expected = "zero_grad" if rec["cell"]["scenario"] == "ctl-zero-grad" else "ok"
         assert rec["outcome"]["class"] == expected, rec["outcome"]
-    assert "controls: 2 of 2 reproduced" in out
+    assert "2/2 controls reproduced" in out
     code, out = finish(envmatrix(*args, cwd=tmp_path))
     assert code == 0 and "0 cells run, 4 cached" in out
 
