@@ -55,6 +55,8 @@ class Scenario:
     find_unused_parameters: bool = False
     static_graph: bool = False
     fault: str = "none"
+    trainer: str = "builtin"
+    use_vllm: bool = False
     expect: str | None = None
 
     def probe_args(self) -> list[str]:
@@ -96,6 +98,7 @@ class Profile:
     description: str = ""
     base_images: dict[str, str] = field(default_factory=dict)
     wheelhouse: str | None = None
+    packages: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -121,13 +124,13 @@ def _bad_chars(value: str) -> str:
 
 def check_version(value: str, example: str = "2.5.1") -> str | None:
     """PEP 440 release versions only, and nothing a shell or Dockerfile could interpret."""
-    if not _SAFE.match(value):
+    if not _SAFE.fullmatch(value):
         return f"'{value}' is not a version: {_bad_chars(value)}; write a PEP 440 version such as {example}"
     try:
         Version(value)
     except InvalidVersion:
         return f"'{value}' is not a PEP 440 version; write one such as {example}"
-    if not _PEP440.match(value):
+    if not _PEP440.fullmatch(value):
         return f"'{value}' is not in canonical PEP 440 form; write one such as {example}"
     return None
 
@@ -144,7 +147,7 @@ def check_pattern(value: str) -> str | None:
 def _check_cuda(value: str) -> str | None:
     if value == "none":
         return None
-    if not _SAFE.match(value):
+    if not _SAFE.fullmatch(value):
         return f"'{value}' is not a CUDA version: {_bad_chars(value)}; write MAJOR.MINOR such as 12.4, or none"
     if not _CUDA.match(value):
         return f"'{value}' is not a CUDA version; write MAJOR.MINOR such as 12.4 (quote it), or none for CPU builds"
@@ -156,7 +159,7 @@ def _check_flash(value: str) -> str | None:
 
 
 def _check_python(value: str) -> str | None:
-    if not _SAFE.match(value):
+    if not _SAFE.fullmatch(value):
         return f"'{value}' is not a Python version: {_bad_chars(value)}; write 3.MINOR such as 3.11"
     return None if _PYTHON.match(value) else f"'{value}' is not a Python version; write 3.MINOR such as 3.11"
 
@@ -177,6 +180,28 @@ AXIS_CHECKS: dict[str, Callable[[str], str | None]] = {
 }
 
 
+#: A package axis' name: PEP 503 normalised (lower case, single '-' between runs), as ids and pins use it.
+_PACKAGE = re.compile(r"[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?")
+#: Names a package axis cannot take: the built-in axes (and their distribution names) and rule keys.
+RESERVED_PACKAGES = ("cuda", "torch", "transformers", "flash-attn", "flash_attn", "gpu", "python", "scenario", "reason", "packages")
+
+
+def check_package_name(name: str) -> str | None:
+    """A package axis' name: its normalised distribution name, never a built-in axis."""
+    if not _PACKAGE.fullmatch(name) or "--" in name:
+        normal = re.sub(r"[-_.]+", "-", name).lower()
+        hint = f"; write '{normal}'" if _PACKAGE.fullmatch(normal) else ""
+        return f"'{name}' is not a package name: use its normalised distribution name (lower-case letters, digits, single '-'){hint}"
+    if name in RESERVED_PACKAGES:
+        return f"'{name}' is a built-in axis or key, not an extra package; declare it with the profile's own {name.replace('-', '_')}: field"
+    return None
+
+
+def check_package_version(value: str) -> str | None:
+    """An extra package's pinned version, or `none` (not installed)."""
+    return None if value == "none" else check_version(value, "1.16.0")
+
+
 def _did_you_mean(word: str, choices: list[str]) -> str:
     lowered = {c.lower(): c for c in choices}
     if word.lower() in lowered:
@@ -191,6 +216,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "grad_ckpt": ("off", "reentrant", "non_reentrant"),
     "std": ("biased", "unbiased"),
     "fault": ("none", "broken_attention", "sigfpe"),
+    "trainer": ("builtin", "trl"),
     "expect": EXPECTABLE,
 }
 RANGES: dict[str, tuple[float, float]] = {
@@ -294,7 +320,7 @@ def _kind(value: Any) -> str:
 
 
 TOP_KEYS = ("version", "profiles", "scenarios")
-PROFILE_KEYS = (*AXES, "scenarios", "include", "exclude", "select", "skip", "build_from_source", "description", "base_images", "wheelhouse")
+PROFILE_KEYS = (*AXES, "scenarios", "include", "exclude", "select", "skip", "build_from_source", "description", "base_images", "wheelhouse", "packages")
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?$")
 _PATH = re.compile(r"^[A-Za-z0-9._/~+-]+$")
 RULE_KEYS = (*AXES, "scenario", "reason")
@@ -318,12 +344,14 @@ def _scenarios(ck: _Checker, raw: Any) -> dict[str, Scenario]:
             converted = ck.scalar(key, value, (*path, key))
             if converted is not None:
                 kwargs[key] = converted
+        if kwargs.get("use_vllm") and kwargs.get("trainer", "builtin") != "trl":
+            ck.err((*path, "use_vllm"), "vLLM generation is a TRL option: set trainer: trl as well, or drop use_vllm")
         out[name] = Scenario(name=name, **kwargs)
     return out
 
 
-def _rule(ck: _Checker, raw: Any, path: Path_, scenario_names: list[str]) -> Rule | None:
-    values = ck.mapping(raw, path, RULE_KEYS)
+def _rule(ck: _Checker, raw: Any, path: Path_, scenario_names: list[str], packages: tuple[str, ...] = ()) -> Rule | None:
+    values = ck.mapping(raw, path, (*RULE_KEYS, *packages))
     match: list[tuple[str, tuple[str, ...]]] = []
     for key, value in values.items():
         if key == "reason":
@@ -350,6 +378,7 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
         ck.err(path, f"profile name '{name}' must be lower-case letters, digits, '.', '_' or '-'")
     values = ck.mapping(raw, path, PROFILE_KEYS, required=AXES)
     axes = {axis: ck.string_list(values[axis], (*path, axis), AXIS_CHECKS[axis]) for axis in AXES if axis in values}
+    packages = _packages(ck, values.get("packages"), (*path, "packages"))
     names = list(scenarios)
     chosen = ck.string_list(values.get("scenarios", names), (*path, "scenarios"))
     for i, s in enumerate(chosen):
@@ -358,22 +387,22 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
     include: list[dict[str, str]] = []
     for i, entry in enumerate(values.get("include", []) or []):
         ipath = (*path, "include", i)
-        body = ck.mapping(entry, ipath, AXES)
+        body = ck.mapping(entry, ipath, (*AXES, *packages))
         env: dict[str, str] = {}
-        for axis in AXES:
+        for axis in (*AXES, *packages):
             if axis in body:
-                got = ck.string_list(body[axis], (*ipath, axis), AXIS_CHECKS[axis])
+                got = ck.string_list(body[axis], (*ipath, axis), AXIS_CHECKS.get(axis, check_package_version))
                 if len(got) == 1:
                     env[axis] = got[0]
                 elif got:
                     ck.err((*ipath, axis), "an include entry names one value per axis")
-            elif len(axes.get(axis, ())) == 1:
-                env[axis] = axes[axis][0]
+            elif len({**axes, **packages}.get(axis, ())) == 1:
+                env[axis] = {**axes, **packages}[axis][0]
             else:
                 ck.err(ipath, f"missing '{axis}' (the profile has several values for it; name one)")
-        if len(env) == len(AXES):
+        if len(env) == len(AXES) + len(packages):
             include.append(env)
-    exclude = [_rule(ck, r, (*path, "exclude", i), names) for i, r in enumerate(values.get("exclude", []) or [])]
+    exclude = [_rule(ck, r, (*path, "exclude", i), names, tuple(packages)) for i, r in enumerate(values.get("exclude", []) or [])]
     patterns = {key: ck.string_list(values.get(key, []), (*path, key), check_pattern, allow_empty=True) for key in ("select", "skip")}
     base_images: dict[str, str] = {}
     raw_images = values.get("base_images", {}) or {}
@@ -410,7 +439,28 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
         description=str(values.get("description", "")),
         base_images=base_images,
         wheelhouse=wheelhouse,
+        packages=packages,
     )
+
+
+def _packages(ck: _Checker, raw: Any, path: Path_) -> dict[str, tuple[str, ...]]:
+    """`packages: {trl: [0.19.1, 1.16.0], peft: [none, 0.15.2]}`: extra axes, checked like the built-in ones."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        ck.err(path, f"must be a mapping of package name → list of versions (or none), got {_kind(raw)}")
+        return {}
+    out: dict[str, tuple[str, ...]] = {}
+    for name, versions in raw.items():
+        name_text = str(name)
+        problem = check_package_name(name_text)
+        if problem:
+            ck.err((*path, name_text), problem)
+            continue
+        got = ck.string_list(versions, (*path, name_text), check_package_version)
+        if got:
+            out[name_text] = got
+    return dict(sorted(out.items()))
 
 
 def parse(src: Source) -> Spec:

@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--fault", choices=("none", "broken_attention", "sigfpe"), default="none", help="inject a known failure (controls)")
+    p.add_argument("--trainer", choices=("builtin", "trl"), default="builtin", help="the probe's own GRPO loop, or TRL's GRPOTrainer (trl_trainer.py)")
+    p.add_argument("--use-vllm", action=argparse.BooleanOptionalAction, default=False, help="TRL only: generate with vLLM (colocate mode)")
     p.add_argument("--collective-timeout", type=float, default=60.0, help="seconds before a stuck collective fails")
     return p.parse_args(argv)
 

@@ -30,11 +30,13 @@ from ..pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch
 from ..plan import Build
 from ..spec import Scenario
 from . import BuildFailed, Prepared
-from .venv import PEFT
+from .venv import package_requirements
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKERFILE = ROOT / "dockerfiles" / "probe.Dockerfile"
 PROBE_IN_IMAGE = Path("/opt/envmatrix/grpo_smoke.py")
+#: The probe and the modules it imports beside it (the TRL trainer path), copied into every image.
+PROBE_MODULES = ("grpo_smoke.py", "trl_trainer.py")
 CPU_BASE = "envmatrix-base:bookworm"
 CUDA_BASES = {
     "11.8": "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04",
@@ -146,7 +148,7 @@ class DockerBackend:
             "BASE_IMAGE": self.base_images.get(env.cuda, ""),
             "PYTHON": env.python,
             "TRANSFORMERS": env.transformers,
-            "PEFT": PEFT,
+            "PACKAGES": " ".join(package_requirements(env)),
             "FLASH_ATTN": env.flash_attn,
             "FLASH_ATTN_BUILD_FROM_SOURCE": "1" if self.build_from_source else "0",
             "PIP_EXTRA_INDEX_URL": " ".join(_http_only(self.settings.extra_index_urls)),
@@ -170,7 +172,8 @@ class DockerBackend:
     def _context(self, env: Environment, folder: Path) -> None:
         """The build context: Dockerfile, probe, CA bundle, and a wheelhouse (the CPU torch, the user's wheels)."""
         shutil.copy(DOCKERFILE, folder / "Dockerfile")
-        shutil.copy(PROBE, folder / "grpo_smoke.py")
+        for module in PROBE_MODULES:
+            shutil.copy(PROBE.with_name(module), folder / module)
         (folder / "certs").mkdir()
         ca = HOST_CA if HOST_CA.exists() else Path(certifi.where())
         shutil.copy(ca, folder / "certs" / "ca.crt")
@@ -192,7 +195,7 @@ class DockerBackend:
     def image_tag(self, args: dict[str, str], folder: Path) -> str:
         """`envmatrix-probe:<16 hex>` over the Dockerfile, the probe, the build args and the wheelhouse listing."""
         h = hashlib.sha256()
-        for name in ("Dockerfile", "grpo_smoke.py", "certs/ca.crt"):
+        for name in ("Dockerfile", *PROBE_MODULES, "certs/ca.crt"):
             h.update((folder / name).read_bytes())
         h.update(json.dumps(args, sort_keys=True).encode())
         for wheel in sorted((folder / "wheelhouse").iterdir()):
