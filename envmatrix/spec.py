@@ -346,6 +346,10 @@ def _scenarios(ck: _Checker, raw: Any) -> dict[str, Scenario]:
                 kwargs[key] = converted
         if kwargs.get("use_vllm") and kwargs.get("trainer", "builtin") != "trl":
             ck.err((*path, "use_vllm"), "vLLM generation is a TRL option: set trainer: trl as well, or drop use_vllm")
+        if kwargs.get("trainer") == "trl":
+            for key, bad in (("fault", "sigfpe"), ("input_grad_hook", False)):
+                if key in kwargs and kwargs[key] == bad:
+                    ck.err((*path, key), f"trainer: trl does not apply {key}: {str(bad).lower()} (the built-in loop does); use trainer: builtin for it")
         out[name] = Scenario(name=name, **kwargs)
     return out
 

@@ -349,6 +349,11 @@ def main() -> int:
     RESULT["timings"]["parity_s"] = round(time.perf_counter() - t, 3)
     save()
 
+    if ARGS.trainer == "trl":  # TRL's GRPOTrainer instead of the loop below (probes/trl_trainer.py)
+        import importlib
+
+        trl_trainer = importlib.import_module("trl_trainer")
+        return int(trl_trainer.run_trl(ARGS, model, tokenizer, OUT, RESULT, save, prompts=PROMPTS, reward=reward_fn, max_new_tokens=MAX_NEW_TOKENS))
     RESULT["stage"] = "setup"
     ref_model = build_model(attn, tokenizer, state).to(device).eval() if ARGS.beta > 0 else None
     if ARGS.freeze_embeddings:
