@@ -221,3 +221,13 @@ def test_lock_of_a_trl_environment_pins_trl(tmp_path: Path, monkeypatch: pytest.
     text = (folder / "requirements.lock").read_text()
     assert "trl==1.16.0 \\\n    --hash=sha256:" in text and "-e file" not in text
     assert folder.name == "cpu-torch2.13.0-tf4.57.6-fanone-trl1.16.0-cpu-py3.11"
+
+
+def test_image_build_args_pin_the_packages(tmp_path: Path) -> None:
+    from envmatrix.backends.docker import PROBE_MODULES, DockerBackend
+
+    backend = DockerBackend(client=object(), settings=PipSettings(None, (), ()))
+    assert backend.build_args(env(trl="1.16.0"), tmp_path)["PACKAGES"] == f"{PEFT} trl==1.16.0"
+    assert backend.build_args(env(), tmp_path)["PACKAGES"] == PEFT
+    dockerfile = (Path(__file__).resolve().parents[2] / "dockerfiles" / "probe.Dockerfile").read_text()
+    assert "ARG PACKAGES=" in dockerfile and all(m in dockerfile for m in PROBE_MODULES)
