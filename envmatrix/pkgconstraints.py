@@ -13,6 +13,7 @@ import datetime
 import email.parser
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -167,5 +168,22 @@ def _version_key(version: str) -> Any:
     return Version(version)
 
 
-if __name__ == "__main__":  # python -m envmatrix.pkgconstraints trl==1.16.0 peft==0.15.2 ...
-    refresh(sys.argv[1:])
+def main(argv: list[str]) -> int:
+    """`python -m envmatrix.pkgconstraints trl==1.16.0 peft==0.15.2 ...`: add or re-read releases."""
+    bad = [a for a in argv if not _PIN.fullmatch(a)]
+    if bad:
+        print(f"not name==version pins: {' '.join(bad)}; write e.g. trl==1.16.0", file=sys.stderr)
+        return 2
+    try:
+        data = refresh(argv)
+    except (subprocess.SubprocessError, StopIteration, OSError) as exc:
+        print(f"could not download or read a wheel ({exc}); check the pin and pip's index settings", file=sys.stderr)
+        return 1
+    print(f"{DATA}: {sum(len(v) for v in data['packages'].values())} releases, refreshed {data['refreshed']}")
+    return 0
+
+
+_PIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?==[0-9][A-Za-z0-9.+!-]*")
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
