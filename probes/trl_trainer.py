@@ -122,6 +122,8 @@ def run_trl(
         import peft
 
         peft_config = peft.LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM")
+    if getattr(options, "use_vllm", False):
+        save_for_vllm(model, tokenizer, out_dir / "vllm-model")
     samples: list[str] = []
 
     def reward_func(completions: list[Any], **_: Any) -> list[float]:
@@ -165,6 +167,14 @@ def run_trl(
     result.update(finished=True, stage="done")
     save()
     return 0
+
+
+def save_for_vllm(model: Any, tokenizer: Any, folder: Path) -> None:
+    """vLLM (colocate) loads weights by the model's `name_or_path`, not from the object: the probe's
+    model is built in code, so save it and its tokenizer where vLLM can read them, and point there."""
+    model.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    model.config._name_or_path = str(folder)
 
 
 def _jsonable(value: Any) -> Any:

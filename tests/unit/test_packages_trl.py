@@ -79,3 +79,11 @@ def test_spec_refuses_options_trl_does_not_apply(matrix: Any) -> None:
         load(matrix(edit))
     assert "scenarios.t.fault: trainer: trl does not apply fault: sigfpe" in str(info.value)
     assert "scenarios.t.input_grad_hook: trainer: trl does not apply input_grad_hook: false" in str(info.value)
+
+
+def test_vllm_gets_the_built_in_model_by_path(tmp_path: Path) -> None:
+    saved: list[str] = []
+    model = SimpleNamespace(config=SimpleNamespace(_name_or_path=""), save_pretrained=saved.append)
+    tokenizer = SimpleNamespace(save_pretrained=saved.append)
+    trl_trainer().save_for_vllm(model, tokenizer, tmp_path / "m")
+    assert saved == [str(tmp_path / "m")] * 2 and model.config._name_or_path == str(tmp_path / "m")
