@@ -98,11 +98,12 @@ def run_trl(
     import torch
     import transformers
     import trl
+    from trl import GRPOConfig, GRPOTrainer  # trl imports lazily: a release that cannot load fails here, in stage "import trl"
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     device = "cuda" if next(model.parameters()).is_cuda else "cpu"
-    accepted = {name for name in inspect.signature(trl.GRPOConfig).parameters}
+    accepted = {name for name in inspect.signature(GRPOConfig).parameters}
     kwargs = grpo_config_kwargs(options, out_dir=out_dir, n_prompts=len(prompts), world=world, max_new_tokens=max_new_tokens, device=device, accepted=accepted)
     result["trl"] = {
         "version": trl.__version__,
@@ -112,7 +113,7 @@ def run_trl(
     }
     result["stage"] = "setup"
     save()
-    config = trl.GRPOConfig(**kwargs)
+    config = GRPOConfig(**kwargs)
     result["trl"]["defaults_kept"] = {k: _jsonable(getattr(config, k, None)) for k in DEFAULTS_SHOWN if k in accepted}
     save()
     if options.freeze_embeddings:
@@ -133,7 +134,7 @@ def run_trl(
         return [reward(t) for t in texts]
 
     reward_func.__name__ = "probe_reward"
-    trainer = trl.GRPOTrainer(
+    trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_func,
         args=config,
