@@ -1,6 +1,6 @@
 # The envmatrix probe image: one per environment, layered so the slow, shared parts come first.
 # base → Python → torch  (shared by environments that differ only in transformers or flash-attn)
-#      → transformers, peft → flash-attn → the probe (last: editing it rebuilds one small layer)
+#      → transformers, peft, extra packages (trl, ...) → flash-attn → the probe (last: editing it rebuilds one small layer)
 # Every value below arrives as a build ARG validated by envmatrix (versions and names only).
 ARG BASE_IMAGE=envmatrix-base:bookworm
 FROM ${BASE_IMAGE}
@@ -34,9 +34,12 @@ ARG TORCH_REQUIREMENT
 ARG TORCH_INDEX_URL=
 RUN pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} "$TORCH_REQUIREMENT"
 
+# transformers, then peft and the profile's extra packages (trl, accelerate, ...): PACKAGES is a
+# space-separated list of name==version pins, each validated by envmatrix (names and versions only).
 ARG TRANSFORMERS
-ARG PEFT
-RUN pip install "transformers==${TRANSFORMERS}" "${PEFT}"
+ARG PACKAGES=
+RUN case "$PACKAGES" in *[!A-Za-z0-9._+=\ -]*) echo "PACKAGES holds characters other than pins: $PACKAGES" >&2; exit 2;; esac \
+ && pip install "transformers==${TRANSFORMERS}" $PACKAGES
 
 # flash-attn: the prebuilt wheel whose name matches the installed torch's C++ ABI (read here, not assumed),
 # from the first of the profile's flash_attn_sources that offers it (envmatrix/flashsource.py); the

@@ -92,7 +92,8 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
     run = BisectRun(result=Bisection(), releases=releases)
 
     def oracle(release: str) -> str:
-        env = Environment(**{**base, req.axis: release})
+        axes = {**base, req.axis: release}
+        env = Environment(axes["cuda"], axes["torch"], axes["transformers"], axes["flash_attn"], axes["gpu"], axes["python"])
         reasons = catalog.environment_reasons(**env.axes(), build_from_source=profile.build_from_source)
         reasons += catalog.scenario_reasons(attn=scenario.attn, dtype=scenario.dtype, flash_attn=env.flash_attn, gpu=env.gpu)
         cell = Cell(env, scenario, SKIPPED if reasons else PLANNED, "; ".join(reasons))

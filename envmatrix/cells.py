@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from . import catalog, families
+from . import catalog, families, pkgconstraints
 from .errors import InputError
 from .patterns import PatternError, compile_selection
 from .spec import AXES, Profile, Rule, Scenario, Spec
@@ -30,6 +30,8 @@ class Environment:
     flash_attn: str
     gpu: str
     python: str
+    #: Extra package axes, sorted by name: (`trl`, `1.16.0`); `none` means not installed.
+    packages: tuple[tuple[str, str], ...] = ()
 
     @property
     def cuda_tag(self) -> str:
@@ -40,17 +42,32 @@ class Environment:
     def build_id(self) -> str:
         """What one image/venv is keyed by: the GPU is where it runs, not what it is built from."""
         fa = "fanone" if self.flash_attn == "none" else f"fa{self.flash_attn}"
-        return f"{self.cuda_tag}-torch{self.torch}-tf{self.transformers}-{fa}-py{self.python}"
+        return f"{self.cuda_tag}-torch{self.torch}-tf{self.transformers}-{fa}{self._packages_id}-py{self.python}"
 
     @property
     def id(self) -> str:
         """e.g. `cu124-torch2.5.1-tf4.49.0-fa2.7.4.post1-h20-py3.11`."""
         fa = "fanone" if self.flash_attn == "none" else f"fa{self.flash_attn}"
-        return f"{self.cuda_tag}-torch{self.torch}-tf{self.transformers}-{fa}-{self.gpu.lower()}-py{self.python}"
+        return f"{self.cuda_tag}-torch{self.torch}-tf{self.transformers}-{fa}{self._packages_id}-{self.gpu.lower()}-py{self.python}"
+
+    @property
+    def _packages_id(self) -> str:
+        """`-trl1.16.0-peft0.15.2` (name order); packages not installed add nothing, so an environment
+        without extra packages keeps the id it had before package axes existed."""
+        return "".join(f"-{name}{'_' if name[-1].isdigit() else ''}{version}" for name, version in self.packages if version != "none")
+
+    def package(self, name: str) -> str:
+        """The version of an extra package in this environment, `none` when it is not installed."""
+        return dict(self.packages).get(name, "none")
 
     def axes(self) -> dict[str, str]:
         """The axis values as a plain mapping (records and reports)."""
         return {axis: getattr(self, axis) for axis in AXES}
+
+    @classmethod
+    def from_values(cls, values: dict[str, str]) -> Environment:
+        """An environment from one value per axis; every other key is an extra package."""
+        return cls(**{a: values[a] for a in AXES}, packages=tuple(sorted((k, v) for k, v in values.items() if k not in AXES)))
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,7 @@ class Cell:
             "env": self.env.id,
             "build": self.env.build_id,
             **self.env.axes(),
+            "packages": dict(self.env.packages),
             "scenario": self.scenario.name,
             "expect": self.scenario.expect,
             "status": self.status,
@@ -88,14 +106,16 @@ def matches(cell_id: str, patterns: Iterable[str]) -> bool:
 
 
 def _rule_matches(rule: Rule, env: Environment, scenario: Scenario) -> bool:
-    values = {**env.axes(), "scenario": scenario.name}
+    values = {**env.axes(), **dict(env.packages), "scenario": scenario.name}
     return all(any(fnmatch.fnmatchcase(values[key], p) for p in pats) for key, pats in rule.match)
 
 
 def environments(profile: Profile) -> list[Environment]:
     """The cartesian product of the axes, then the include entries, without repeats, in a stable order."""
-    product = [Environment(**dict(zip(AXES, combo, strict=False))) for combo in itertools.product(*(profile.axes[a] for a in AXES))]
-    extra = [Environment(**inc) for inc in profile.include]
+    names = (*AXES, *profile.packages)
+    values = [*(profile.axes[a] for a in AXES), *profile.packages.values()]
+    product = [Environment.from_values(dict(zip(names, combo, strict=True))) for combo in itertools.product(*values)]
+    extra = [Environment.from_values(inc) for inc in profile.include]
     return list(dict.fromkeys(product + extra))
 
 
@@ -125,6 +145,7 @@ def expand(spec: Spec, profile_name: str, *, only: Iterable[str] = (), skip: Ite
             reasons += catalog.scenario_reasons(attn=scenario.attn, dtype=scenario.dtype, flash_attn=env.flash_attn, gpu=env.gpu)
             if scenario.model in families.FAMILIES and (missing := families.missing_reason(scenario.model, env.transformers)):
                 reasons.append(missing)
+            reasons += pkgconstraints.cell_reasons(env, scenario)
             for rule in profile.exclude:
                 if _rule_matches(rule, env, scenario):
                     reasons.append(f"excluded by {rule.where}" + (f": {rule.reason}" if rule.reason else ""))

@@ -72,6 +72,8 @@ class CellInfo:
     status: str = "planned"
     reason: str = ""
     scenario_settings: Mapping[str, Any] = field(default_factory=dict)
+    #: Extra package axes (name → version or `none`); absent from version-1 and older version-2 files.
+    packages: Mapping[str, str] = field(default_factory=dict)
 
     def axes(self) -> dict[str, str]:
         """The environment axis values (AXES order)."""
@@ -225,6 +227,7 @@ class Record:
         """The record file's content (current version)."""
         cell = asdict(self.cell)
         cell["scenario_settings"] = dict(self.cell.scenario_settings)
+        cell["packages"] = dict(self.cell.packages)
         return {
             "record_version": RECORD_VERSION,
             "cell": cell,
@@ -428,10 +431,20 @@ def _cell(r: _Reader, c: dict[str, Any]) -> CellInfo:
         status=r.text(c, "status", "cell", pattern=_TOKEN, optional=True) or "planned",
         reason=r.text(c, "reason", "cell", optional=True, limit=8192) or "",
         scenario_settings=r.obj(c.get("scenario_settings"), "cell.scenario_settings", optional=True),
+        packages=_packages(r, c.get("packages")),
     )
     if info.id != f"{info.env}/{info.scenario}":
         raise r.fail("cell.id", f"{info.id!r} is not <env>/<scenario> of this record ({info.env}/{info.scenario})")
     return info
+
+
+def _packages(r: _Reader, data: Any) -> dict[str, str]:
+    """Extra package pins: names and versions of the forms that may reach a lock or a command line."""
+    packages = r.obj(data, "cell.packages", optional=True)
+    for name, version in packages.items():
+        if not _TOKEN.fullmatch(name) or not isinstance(version, str) or not _VERSION.fullmatch(version):
+            raise r.fail(f"cell.packages.{name[:40]}", f"{version!r:.40} is not a package version")
+    return packages
 
 
 def _build(r: _Reader, data: Any) -> BuildFacts | None:
@@ -491,6 +504,7 @@ def cell_info(cell: Cell) -> CellInfo:
         status=cell.status,
         reason=cell.reason,
         scenario_settings=asdict(cell.scenario),
+        packages=dict(cell.env.packages),
     )
 
 
@@ -603,10 +617,9 @@ def json_schema() -> dict[str, Any]:
                 required.append(f.name)
         return obj(props, required)
 
-    cell = from_dataclass(CellInfo, {"scenario_settings": any_obj, "expect": {"enum": [*OUTCOME_NAMES, None]}})
-    build = from_dataclass(
-        BuildFacts, {"build_args": {"type": "object", "additionalProperties": {"type": "string"}}, "flash_attn": {"type": ["object", "null"]}}
-    )
+    str_map = {"type": "object", "additionalProperties": {"type": "string"}}
+    cell = from_dataclass(CellInfo, {"scenario_settings": any_obj, "packages": str_map, "expect": {"enum": [*OUTCOME_NAMES, None]}})
+    build = from_dataclass(BuildFacts, {"build_args": str_map, "flash_attn": {"type": ["object", "null"]}})
     outcome = obj(
         {
             "class": {"enum": list(OUTCOME_NAMES)},

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,7 @@ CLASS_COLOURS = {
 #: The table's rows are sorted by these axes in release order (4.9 before 4.51).
 AXIS_ORDER = ("cuda", "torch", "transformers", "flash_attn", "python")
 COLUMNS = [
-    "id", "env", "build", "cuda", "torch", "transformers", "flash_attn", "gpu", "python", "scenario", "status", "class",
+    "id", "env", "build", "cuda", "torch", "transformers", "flash_attn", "gpu", "python", "packages", "scenario", "status", "class",
     "evidence", "remedy", "expect", "control", "exit_code", "signal", "timed_out", "prepare_s", "probe_s", "steps",
     "first_grad_norm", "parity_rel_err", "backend", "host", "started", "finished",
 ]  # fmt: skip
@@ -66,6 +66,7 @@ def flat_row(rec: Record) -> dict[str, Any]:
         "env": cell.env,
         "build": cell.build,
         **cell.axes(),
+        "packages": _packages_text(cell.packages),
         "scenario": cell.scenario,
         "status": rec.status,
         "class": rec.klass,
@@ -86,6 +87,11 @@ def flat_row(rec: Record) -> dict[str, Any]:
         "started": rec.started,
         "finished": rec.finished,
     }
+
+
+def _packages_text(packages: Mapping[str, str]) -> str:
+    """`trl==1.16.0 peft==none`: the extra package axes of a cell, in name order."""
+    return " ".join(f"{name}=={version}" for name, version in sorted(packages.items()))
 
 
 def results_frame(records: list[Record]) -> pd.DataFrame:
@@ -137,7 +143,16 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
     for rec in sorted(records, key=lambda r: r.id):
         c = rec.cell
         envs.setdefault(
-            c.build, {"build": c.build, "cuda": c.cuda, "torch": c.torch, "transformers": c.transformers, "flash_attn": c.flash_attn, "python": c.python}
+            c.build,
+            {
+                "build": c.build,
+                "cuda": c.cuda,
+                "torch": c.torch,
+                "transformers": c.transformers,
+                "flash_attn": c.flash_attn,
+                "python": c.python,
+                "packages": _packages_text(c.packages),
+            },
         )
         if (c.gpu, c.scenario) not in columns:
             columns.append((c.gpu, c.scenario))

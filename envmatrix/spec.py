@@ -64,6 +64,8 @@ class Scenario:
     saved_gen_config: str = "none"
     kernels: str = "off"
     fault: str = "none"
+    trainer: str = "builtin"
+    use_vllm: bool = False
     expect: str | None = None
 
     def probe_args(self) -> list[str]:
@@ -107,6 +109,7 @@ class Profile:
     wheelhouse: str | None = None
     flash_attn_sources: tuple[str, ...] = flashsource.DEFAULT_SOURCES
     scheduler: Scheduler | None = None
+    packages: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,28 @@ AXIS_CHECKS: dict[str, Callable[[str], str | None]] = {
 }
 
 
+#: A package axis' name: PEP 503 normalised (lower case, single '-' between runs), as ids and pins use it.
+_PACKAGE = re.compile(r"[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?")
+#: Names a package axis cannot take: the built-in axes (and their distribution names) and rule keys.
+RESERVED_PACKAGES = ("cuda", "torch", "transformers", "flash-attn", "flash_attn", "gpu", "python", "scenario", "reason", "packages")
+
+
+def check_package_name(name: str) -> str | None:
+    """A package axis' name: its normalised distribution name, never a built-in axis."""
+    if not _PACKAGE.fullmatch(name) or "--" in name:
+        normal = re.sub(r"[-_.]+", "-", name).lower()
+        hint = f"; write '{normal}'" if _PACKAGE.fullmatch(normal) else ""
+        return f"'{name}' is not a package name: use its normalised distribution name (lower-case letters, digits, single '-'){hint}"
+    if name in RESERVED_PACKAGES:
+        return f"'{name}' is a built-in axis or key, not an extra package; declare it with the profile's own {name.replace('-', '_')}: field"
+    return None
+
+
+def check_package_version(value: str) -> str | None:
+    """An extra package's pinned version, or `none` (not installed)."""
+    return None if value == "none" else check_version(value, "1.16.0")
+
+
 def _did_you_mean(word: str, choices: list[str]) -> str:
     lowered = {c.lower(): c for c in choices}
     if word.lower() in lowered:
@@ -233,6 +258,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "saved_gen_config": ("none", "kwargs", "config"),
     "kernels": ("off", "auto", "reduced", "full"),
     "fault": ("none", "broken_attention", "no_softcap", "sigfpe"),
+    "trainer": ("builtin", "trl"),
     "expect": EXPECTABLE,
 }
 RANGES: dict[str, tuple[float, float]] = {
@@ -368,6 +394,7 @@ PROFILE_KEYS = (
     "wheelhouse",
     "flash_attn_sources",
     "scheduler",
+    "packages",
 )
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?")
 _PATH = re.compile(r"[A-Za-z0-9._/~+-]{1,1024}")
@@ -392,12 +419,18 @@ def _scenarios(ck: _Checker, raw: Any) -> dict[str, Scenario]:
             converted = ck.scalar(key, value, (*path, key))
             if converted is not None:
                 kwargs[key] = converted
+        if kwargs.get("use_vllm") and kwargs.get("trainer", "builtin") != "trl":
+            ck.err((*path, "use_vllm"), "vLLM generation is a TRL option: set trainer: trl as well, or drop use_vllm")
+        if kwargs.get("trainer") == "trl":
+            for key, bad in (("fault", "sigfpe"), ("input_grad_hook", False)):
+                if key in kwargs and kwargs[key] == bad:
+                    ck.err((*path, key), f"trainer: trl does not apply {key}: {str(bad).lower()} (the built-in loop does); use trainer: builtin for it")
         out[name] = Scenario(name=name, **kwargs)
     return out
 
 
-def _rule(ck: _Checker, raw: Any, path: Path_, scenario_names: list[str]) -> Rule | None:
-    values = ck.mapping(raw, path, RULE_KEYS)
+def _rule(ck: _Checker, raw: Any, path: Path_, scenario_names: list[str], packages: tuple[str, ...] = ()) -> Rule | None:
+    values = ck.mapping(raw, path, (*RULE_KEYS, *packages))
     match: list[tuple[str, tuple[str, ...]]] = []
     for key, value in values.items():
         if key == "reason":
@@ -424,6 +457,7 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
         ck.err(path, f"profile name '{name}' must be lower-case letters, digits, '.', '_' or '-'")
     values = ck.mapping(raw, path, PROFILE_KEYS, required=AXES)
     axes = {axis: ck.string_list(values[axis], (*path, axis), AXIS_CHECKS[axis]) for axis in AXES if axis in values}
+    packages = _packages(ck, values.get("packages"), (*path, "packages"))
     names = list(scenarios)
     chosen = ck.string_list(values.get("scenarios", names), (*path, "scenarios"))
     for i, s in enumerate(chosen):
@@ -432,22 +466,22 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
     include: list[dict[str, str]] = []
     for i, entry in enumerate(ck.entries(values.get("include"), (*path, "include"))):
         ipath = (*path, "include", i)
-        body = ck.mapping(entry, ipath, AXES)
+        body = ck.mapping(entry, ipath, (*AXES, *packages))
         env: dict[str, str] = {}
-        for axis in AXES:
+        for axis in (*AXES, *packages):
             if axis in body:
-                got = ck.string_list(body[axis], (*ipath, axis), AXIS_CHECKS[axis])
+                got = ck.string_list(body[axis], (*ipath, axis), AXIS_CHECKS.get(axis, check_package_version))
                 if len(got) == 1:
                     env[axis] = got[0]
                 elif got:
                     ck.err((*ipath, axis), "an include entry names one value per axis")
-            elif len(axes.get(axis, ())) == 1:
-                env[axis] = axes[axis][0]
+            elif len({**axes, **packages}.get(axis, ())) == 1:
+                env[axis] = {**axes, **packages}[axis][0]
             else:
                 ck.err(ipath, f"missing '{axis}' (the profile has several values for it; name one)")
-        if len(env) == len(AXES):
+        if len(env) == len(AXES) + len(packages):
             include.append(env)
-    exclude = [_rule(ck, r, (*path, "exclude", i), names) for i, r in enumerate(ck.entries(values.get("exclude"), (*path, "exclude")))]
+    exclude = [_rule(ck, r, (*path, "exclude", i), names, tuple(packages)) for i, r in enumerate(ck.entries(values.get("exclude"), (*path, "exclude")))]
     patterns = {key: ck.string_list(values.get(key, []), (*path, key), check_pattern, allow_empty=True) for key in ("select", "skip")}
     for key, pats in patterns.items():
         if len(pats) > MAX_PATTERNS:
@@ -496,6 +530,7 @@ def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) 
         wheelhouse=wheelhouse,
         flash_attn_sources=tuple(fa_sources),
         scheduler=scheduler,
+        packages=packages,
     )
 
 
@@ -569,6 +604,26 @@ def _scheduler(ck: _Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sc
         report_partition=report_partition,
         report_labels=report_labels,
     )
+
+
+def _packages(ck: _Checker, raw: Any, path: Path_) -> dict[str, tuple[str, ...]]:
+    """`packages: {trl: [0.19.1, 1.16.0], peft: [none, 0.15.2]}`: extra axes, checked like the built-in ones."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        ck.err(path, f"must be a mapping of package name → list of versions (or none), got {_kind(raw)}")
+        return {}
+    out: dict[str, tuple[str, ...]] = {}
+    for name, versions in raw.items():
+        name_text = str(name)
+        problem = check_package_name(name_text)
+        if problem:
+            ck.err((*path, name_text), problem)
+            continue
+        got = ck.string_list(versions, (*path, name_text), check_package_version)
+        if got:
+            out[name_text] = got
+    return dict(sorted(out.items()))
 
 
 def parse(src: Source) -> Spec:

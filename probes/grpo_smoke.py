@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--kernels", choices=("off", "auto", "reduced", "full"), default="off", help="real-size GEMM and attention stage (auto: full on GPU, reduced on CPU)"
     )
     p.add_argument("--fault", choices=("none", "broken_attention", "no_softcap", "sigfpe"), default="none", help="inject a known failure (controls)")
+    p.add_argument("--trainer", choices=("builtin", "trl"), default="builtin", help="the probe's own GRPO loop, or TRL's GRPOTrainer (trl_trainer.py)")
+    p.add_argument("--use-vllm", action=argparse.BooleanOptionalAction, default=False, help="TRL only: generate with vLLM (colocate mode)")
     p.add_argument("--collective-timeout", type=float, default=60.0, help="seconds before a stuck collective fails")
     return p
 

@@ -254,6 +254,11 @@ def probe(run: Run, args: argparse.Namespace) -> int:
     if args.kernels != "off":
         kernel_stage(run, args.kernels, device)
 
+    if args.trainer == "trl":  # TRL's GRPOTrainer instead of the built-in loop below (trl is imported only here)
+        from probes import trl_trainer
+
+        return trl_trainer.run_trl(args, model, tokenizer, run.out, run.result, run.save, prompts=PROMPTS, reward=grpo.reward_fn, max_new_tokens=MAX_NEW_TOKENS)
+
     run.stage("setup")
     trainee = setup(run, args, source, attn, model, tokenizer, state, device)
     book = grpo.StepBook.start(trainee.trainable)

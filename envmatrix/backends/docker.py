@@ -32,7 +32,7 @@ from ..pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch
 from ..plan import Build
 from ..spec import Scenario
 from . import BuildFailed, Prepared
-from .venv import PEFT
+from .venv import package_requirements
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKERFILE = ROOT / "dockerfiles" / "probe.Dockerfile"
@@ -150,7 +150,7 @@ class DockerBackend:
             "BASE_IMAGE": self.base_images.get(env.cuda, ""),
             "PYTHON": env.python,
             "TRANSFORMERS": env.transformers,
-            "PEFT": PEFT,
+            "PACKAGES": " ".join(package_requirements(env)),
             "FLASH_ATTN": env.flash_attn,
             "FLASH_ATTN_SOURCES": " ".join(self.flash_sources),
             "PIP_EXTRA_INDEX_URL": " ".join(_http_only(self.settings.extra_index_urls)),

@@ -44,6 +44,12 @@ def torch_requirement(env: Environment, settings: PipSettings) -> list[str]:
     return [f"torch=={env.torch}", "--extra-index-url", torch_index_url(env.cuda_tag)]
 
 
+def package_requirements(env: Environment) -> list[str]:
+    """peft (the matrix's pin when it declares one, `none` leaves it out) and every extra package, pinned."""
+    pins = [] if "peft" in dict(env.packages) else [PEFT]
+    return pins + [f"{name}=={version}" for name, version in env.packages if version != "none"]
+
+
 class VenvBackend(ProcessBackend):
     """Virtualenvs under `root/<build id>`, reused while their inputs are unchanged."""
 
@@ -62,7 +68,7 @@ class VenvBackend(ProcessBackend):
 
     def requirements(self, env: Environment) -> list[str]:
         """Everything but flash-attn, which needs torch installed first to pick its wheel."""
-        return [*torch_requirement(env, self.settings), f"transformers=={env.transformers}", PEFT]
+        return [*torch_requirement(env, self.settings), f"transformers=={env.transformers}", *package_requirements(env)]
 
     def inputs_key(self, env: Environment) -> str:
         """What the venv is a function of; a change rebuilds it."""
@@ -127,7 +133,7 @@ class VenvBackend(ProcessBackend):
         return [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
 
     def _install(self, env: Environment, python: Path, out: IO[bytes]) -> None:
-        _step("install torch, transformers, peft", [*self._pip(python), *self.requirements(env)], out)
+        _step("install torch, transformers, peft and the extra packages", [*self._pip(python), *self.requirements(env)], out)
 
     def _install_flash(self, env: Environment, python: Path, out: IO[bytes]) -> dict[str, object]:
         """flash-attn's wheel name depends on the installed torch (version, CUDA, C++ ABI): read them there."""
