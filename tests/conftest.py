@@ -41,6 +41,41 @@ BASE: dict[str, Any] = {
 }
 
 
+def installed(name: str) -> str:
+    """The installed release of a distribution, without a local tag (2.13.0+cpu → 2.13.0)."""
+    from importlib.metadata import version
+
+    return version(name).split("+")[0]
+
+
+def write_host_matrix(tmp: Path, scenarios: dict[str, dict[str, Any]], transformers: list[str] | None = None) -> Path:
+    """A small cpu matrix whose axes are this interpreter's stack (what the host backend runs)."""
+    import sys
+
+    axes = {
+        "cuda": ["none"],
+        "torch": [installed("torch")],
+        "transformers": transformers or [installed("transformers")],
+        "flash_attn": ["none"],
+        "gpu": ["cpu"],
+    }
+    data = {"version": 1, "profiles": {"cpu": {**axes, "python": [f"{sys.version_info.major}.{sys.version_info.minor}"]}}, "scenarios": scenarios}
+    path = tmp / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def problems(path: Path) -> str:
+    """The messages of the SpecError that loading `path` must raise (exit status 2)."""
+    from envmatrix.errors import SpecError
+    from envmatrix.spec import load
+
+    with pytest.raises(SpecError) as info:
+        load(path)
+    assert info.value.exit_code == 2
+    return str(info.value)
+
+
 @pytest.fixture
 def matrix(tmp_path: Path) -> Callable[..., Path]:
     """Write BASE (or BASE changed by `edit`, or raw text) to a file and return its path."""

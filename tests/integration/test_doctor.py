@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from conftest import installed, write_host_matrix
 from records_factory import make_record
 
 from envmatrix.cells import Environment
@@ -22,12 +22,6 @@ pytestmark = [
 ]
 
 
-def installed(name: str) -> str:
-    from importlib.metadata import version
-
-    return version(name).split("+")[0]
-
-
 def write_matrix(tmp: Path) -> Path:
     scenarios: dict[str, dict[str, Any]] = {
         "fp32-sdpa": {"attn": "sdpa"},
@@ -35,23 +29,7 @@ def write_matrix(tmp: Path) -> Path:
         "broken": {"fault": "sigfpe", "description": "stands in for a stack that fails"},
         "bf16-fa2": {"dtype": "bf16", "attn": "flash_attention_2"},
     }
-    data = {
-        "version": 1,
-        "profiles": {
-            "cpu": {
-                "cuda": ["none"],
-                "torch": [installed("torch")],
-                "transformers": [installed("transformers")],
-                "flash_attn": ["none"],
-                "gpu": ["cpu"],
-                "python": [f"{sys.version_info.major}.{sys.version_info.minor}"],
-            }
-        },
-        "scenarios": scenarios,
-    }
-    path = tmp / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return write_host_matrix(tmp, scenarios)
 
 
 def doctor(tmp: Path, *args: str) -> tuple[int, str]:

@@ -13,39 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from conftest import write_host_matrix as write_matrix
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (nox -s tests installs it)"),
 ]
-
-
-def installed(name: str) -> str:
-    from importlib.metadata import version
-
-    return version(name)
-
-
-def write_matrix(tmp: Path, scenarios: dict[str, dict[str, Any]], transformers: list[str] | None = None) -> Path:
-    """A small cpu matrix; on the host backend its transformers axis is the installed release."""
-    data = {
-        "version": 1,
-        "profiles": {
-            "cpu": {
-                "cuda": ["none"],
-                "torch": [installed("torch").split("+")[0]],
-                "transformers": transformers or [installed("transformers")],
-                "flash_attn": ["none"],
-                "gpu": ["cpu"],
-                "python": [f"{sys.version_info.major}.{sys.version_info.minor}"],
-            }
-        },
-        "scenarios": scenarios,
-    }
-    path = tmp / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def envmatrix(*args: str, cwd: Path, **kw: Any) -> subprocess.Popen[str]:

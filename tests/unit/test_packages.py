@@ -9,25 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import problems
 from records_factory import make_record
 
 from envmatrix import lock, pkgconstraints
 from envmatrix.backends.venv import PEFT, VenvBackend, package_requirements
 from envmatrix.cells import PLANNED, SKIPPED, Environment, expand
-from envmatrix.errors import SpecError
 from envmatrix.pipconfig import PipSettings
 from envmatrix.records import Record, RecordError, cell_info
 from envmatrix.report import flat_row
 from envmatrix.spec import load
 
 Make = Callable[..., Path]
-
-
-def problems(path: Path) -> str:
-    with pytest.raises(SpecError) as info:
-        load(path)
-    assert info.value.exit_code == 2
-    return str(info.value)
 
 
 def with_packages(packages: Any, profile: str = "cpu") -> Callable[[dict[str, Any]], None]:

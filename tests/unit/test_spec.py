@@ -7,18 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import problems
 
-from envmatrix.errors import InputError, SpecError
+from envmatrix.errors import InputError
 from envmatrix.spec import load
 
 Make = Callable[..., Path]
-
-
-def problems(path: Path) -> str:
-    with pytest.raises(SpecError) as info:
-        load(path)
-    assert info.value.exit_code == 2
-    return str(info.value)
 
 
 def test_valid_matrix_loads(matrix: Make) -> None:
