@@ -157,6 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the {name} backend")
     options = BackendOptions(profile_name=profile, profile=spec.profiles[profile], gpu_count=gpus.count, venvs=Path(args.venvs), base=Path(args.file).parent)
     backend = make_backend(name, options)
+    backend.fork = not args.no_fork
     paths = Paths(Path(args.reports))
     runner = Runner(backend, paths, jobs=args.jobs, timeout=args.timeout, rerun=args.rerun, gpu_count=gpus.count, console=console)
     report = runner.run(cells, gpu)
@@ -209,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per cell before its process group is killed")
     p.add_argument("--reports", default="reports", help="output folder (records in results/, logs in logs/)")
     p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
+    p.add_argument(
+        "--no-fork", action="store_true", help="start a fresh probe process per cell (default: a helper per environment forks each single-process cell)"
+    )
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="render matrix.html, results.csv and results.json from results folders")
     p.add_argument("--results", action="append", default=None, metavar="DIR", help="a results folder; repeat to merge runners (default reports/results)")
