@@ -202,11 +202,6 @@ def _killpg(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def exit_code(status: int) -> int:
-    """A wait status as subprocess reports it: the exit status, or -N for a death by signal N."""
-    return os.waitstatus_to_exitcode(status)
-
-
 # ---- helpers as child processes (venv and host backends) --------------------------------------------
 
 
@@ -246,38 +241,33 @@ def start_process_helper(python: str, env: dict[str, str] | None) -> Helper:
 
 
 class HelperPool:
-    """One helper per environment, started on first use and restarted when it died; a process-backend's
-    `run` asks it for a cell and falls back to a process of its own when it answers None."""
+    """One helper per environment, started on first use and restarted when it died; a cell that gets a
+    reason instead of a helper runs in a process of its own."""
 
-    def __init__(self, start: Callable[[str, dict[str, str] | None], Helper] = start_process_helper) -> None:
-        self.start = start
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.helpers: dict[str, Helper] = {}
         self.failures: dict[str, list[str]] = {}
         self.key_locks: dict[str, threading.Lock] = {}
         self.stopped = False
 
-    @staticmethod
-    def key(python: str, env: dict[str, str] | None) -> str:
-        return hashlib.sha256(json.dumps([python, sorted((env or {}).items())]).encode()).hexdigest()[:16]
-
-    def helper(self, python: str, env: dict[str, str] | None) -> Helper | str:
-        """The live helper of this environment, or why there is none (then: one process per cell)."""
-        key = self.key(python, env)
+    def helper(self, key: str, start: Callable[[], Helper]) -> Helper | str:
+        """The live helper for `key` (started with `start` when there is none), or why there is none."""
         with self.lock:
             key_lock = self.key_locks.setdefault(key, threading.Lock())
         with key_lock:
             helper = self.helpers.get(key)
-            if helper is not None and helper.alive():
+            if helper is not None and not helper.closed and helper.alive():
                 return helper if helper.fork else f"forking is unsafe in this environment ({helper.reason})"
             if helper is not None:
-                self.helpers.pop(key).close()
-                self.failures.setdefault(key, []).append(f"helper {helper.pid} died")
+                self.failed(key, helper, f"helper {helper.pid} died")
             failures = self.failures.get(key, [])
-            if len(failures) >= MAX_FAILURES or self.stopped:
-                return f"its helper failed {len(failures)} times (last: {failures[-1] if failures else 'the run is stopping'})"
+            if self.stopped:
+                return "the run is stopping"
+            if len(failures) >= MAX_FAILURES:
+                return f"its helper failed {len(failures)} times (last: {failures[-1]})"
             try:
-                helper = self.start(python, env)
+                helper = start()
             except HelperFailed as exc:
                 self.failures.setdefault(key, []).extend([str(exc)] * MAX_FAILURES)  # an import error does not heal
                 return str(exc)
@@ -288,43 +278,13 @@ class HelperPool:
                 self.helpers[key] = helper
             return helper if helper.fork else f"forking is unsafe in this environment ({helper.reason})"
 
-    def failed(self, python: str, env: dict[str, str] | None, helper: Helper, why: str) -> None:
-        """A helper died or hung while serving a cell: stop it; the next cell starts a new one."""
-        key = self.key(python, env)
+    def failed(self, key: str, helper: Helper, why: str) -> None:
+        """A helper died or hung (while serving a cell, or between cells): stop it; the next cell starts another."""
         with self.lock:
             if self.helpers.get(key) is helper:
                 del self.helpers[key]
             self.failures.setdefault(key, []).append(why)
         helper.close()
-
-    def run(
-        self, python: str, env: dict[str, str] | None, cmd: list[str], argv: list[str], log: Path, *, timeout: float, overrides: dict[str, str], owner: Path
-    ) -> Completed | str:
-        """One cell through the environment's helper: the same log (first line `$ <command>`) and
-        Completed as `run_logged`; or the reason it could not (the caller runs it in its own process)."""
-        helper = self.helper(python, env)
-        if isinstance(helper, str):
-            return helper
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_bytes(("$ " + " ".join(cmd) + "\n").encode())
-        tag = uuid.uuid4().hex
-        owner_file = write_owner(owner, helper.tag or tag)  # a runner killed with -9: the next one reaps the helper's tag
-        request = {"argv": argv, "argv0": cmd[1], "log": str(log.resolve()), "env": {**overrides, TAG_VAR: tag}}
-        try:
-            ended = run_forked(helper, request, timeout=timeout, kills=((signal.SIGTERM, GRACE_S), (signal.SIGKILL, HARD_S)))
-        except HelperFailed as exc:
-            self.failed(python, env, helper, str(exc))
-            return f"{exc} while serving this cell"
-        finally:
-            owner_file.unlink(missing_ok=True)
-        kill_tagged(tag)  # whatever the cell started in sessions of its own
-        if ended.status is None:
-            self.failed(python, env, helper, "it did not report a killed cell")
-        if ended.timed_out:
-            with log.open("ab") as fh:
-                fh.write(f"\n[envmatrix] killed after the {timeout:g} s timeout\n".encode())
-        code = -signal.SIGKILL if ended.status is None else exit_code(ended.status)
-        return Completed(code, ended.timed_out, ended.seconds)
 
     def stop_all(self) -> None:
         """Kill every helper and every cell it forked (Ctrl-C, the end of the run)."""
@@ -339,3 +299,42 @@ class HelperPool:
         with self.lock:
             self.stopped = False
             self.failures.clear()
+
+
+def run_in_process_helper(
+    pool: HelperPool,
+    python: str,
+    env: dict[str, str] | None,
+    cmd: list[str],
+    log: Path,
+    *,
+    timeout: float,
+    overrides: dict[str, str],
+    owner: Path,
+) -> Completed | str:
+    """One cell (the command `cmd` would run) forked by the helper of `python`'s environment: the same log
+    (first line `$ <command>`) and Completed as `run_logged`; or why not (the caller runs `cmd` itself)."""
+    key = hashlib.sha256(json.dumps([python, sorted((env or {}).items())]).encode()).hexdigest()[:16]
+    helper = pool.helper(key, lambda: start_process_helper(python, env))
+    if isinstance(helper, str):
+        return helper
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_bytes(("$ " + " ".join(cmd) + "\n").encode())
+    tag = uuid.uuid4().hex
+    owner_file = write_owner(owner, helper.tag or tag)  # a runner killed with -9: the next one reaps the helper's tag
+    request = {"argv": cmd[2:], "argv0": cmd[1], "log": str(log.resolve()), "env": {**overrides, TAG_VAR: tag}}
+    try:
+        ended = run_forked(helper, request, timeout=timeout, kills=((signal.SIGTERM, GRACE_S), (signal.SIGKILL, HARD_S)))
+    except HelperFailed as exc:
+        pool.failed(key, helper, str(exc))
+        return f"{exc} while serving this cell"
+    finally:
+        owner_file.unlink(missing_ok=True)
+    kill_tagged(tag)  # whatever the cell started in sessions of its own
+    if ended.status is None:
+        pool.failed(key, helper, "it did not report a killed cell")
+    if ended.timed_out:
+        with log.open("ab") as fh:
+            fh.write(f"\n[envmatrix] killed after the {timeout:g} s timeout\n".encode())
+    code = -signal.SIGKILL if ended.status is None else os.waitstatus_to_exitcode(ended.status)
+    return Completed(code, ended.timed_out, ended.seconds)

@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Protocol
 
 from ..execute import Completed, kill_all, probe_command, run_logged
-from ..forkclient import LOG_NOTE, HelperPool
+from ..forkclient import LOG_NOTE, HelperPool, run_in_process_helper
 from ..plan import Build
 from ..spec import Scenario
 
@@ -83,8 +83,7 @@ class ProcessBackend:
         cmd = probe_command(ready.python, scenario, out)
         note = None
         if self.fork and scenario.world_size == 1:
-            argv = cmd[2:]  # after the interpreter and the probe's path
-            done = self.helpers.run(ready.python, base, cmd, argv, log, timeout=timeout, overrides=devices, owner=out)
+            done = run_in_process_helper(self.helpers, ready.python, base, cmd, log, timeout=timeout, overrides=devices, owner=out)
             if isinstance(done, Completed):
                 return done
             note = done
