@@ -33,6 +33,7 @@ START_TIMEOUT_S = 900.0  # the helper's imports; on a loaded machine torch + tra
 REPLY_S = 30.0  # a fork must be answered within this, or the helper counts as hung
 HARD_S = 30.0  # after the last kill, the status must arrive within this, or the helper counts as hung
 MAX_FAILURES = 3  # helpers of one environment that died or hung before it runs one process per cell
+CMDLINE_ROOM = 4096  # bytes of the helper's command line its children rewrite into their cells' commands
 LOG_NOTE = "[envmatrix] fork helper not used for this cell: {reason}; it ran in a process of its own"
 
 
@@ -213,7 +214,7 @@ def start_process_helper(python: str, env: dict[str, str] | None) -> Helper:
     tag = uuid.uuid4().hex
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [python, str(FORKSERVER), "--socket", str(path)],
+            [python, str(FORKSERVER), "--socket", str(path), "--room", " " * CMDLINE_ROOM],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -322,7 +323,7 @@ def run_in_process_helper(
     log.write_bytes(("$ " + " ".join(cmd) + "\n").encode())
     tag = uuid.uuid4().hex
     owner_file = write_owner(owner, helper.tag or tag)  # a runner killed with -9: the next one reaps the helper's tag
-    request = {"argv": cmd[2:], "argv0": cmd[1], "log": str(log.resolve()), "env": {**overrides, TAG_VAR: tag}}
+    request = {"argv": cmd[2:], "argv0": cmd[1], "cmdline": cmd, "log": str(log.resolve()), "env": {**overrides, TAG_VAR: tag}}
     try:
         ended = run_forked(helper, request, timeout=timeout, kills=((signal.SIGTERM, GRACE_S), (signal.SIGKILL, HARD_S)))
     except HelperFailed as exc:

@@ -83,6 +83,19 @@ def fork_unsafe_reason(baseline_threads: int) -> str | None:
     return None
 
 
+def set_cmdline(words: list[str]) -> None:
+    """Make /proc/<pid>/cmdline (ps, pgrep, anyone looking for a cell by its folder) read as the cell's
+    command, as far as the room the helper's own command line left allows (its --room argument)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end (fields 48 and 49 of stat)
+    except (OSError, IndexError, ValueError):
+        return
+    data = "\0".join(words).encode()[: max(0, end - start - 1)]
+    room = data + b"\0" * (end - start - len(data))
+    ctypes.memmove(start, room, len(room))
+
+
 def preload() -> tuple[str | None, str | None]:
     """(error, unsafe reason): the imports once, and whether this process may fork afterwards."""
     os.environ.update(PROBE_IMPORT_ENV)
@@ -118,6 +131,7 @@ def child(request: dict[str, Any], keep_open: list[int]) -> None:
         os.close(null)
         os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
         argv = [str(a) for a in request["argv"]]
+        set_cmdline([str(w) for w in request.get("cmdline", [])])
         sys.argv = [str(request.get("argv0", "grpo_smoke.py")), *argv]
         code = grpo_smoke.main(argv)
     except SystemExit as exc:
@@ -272,6 +286,7 @@ class Server:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forkserver.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--socket", required=True, help="the unix socket to serve on (created once the imports are done)")
+    parser.add_argument("--room", default="", help="blank room on the command line: each child's command line is rewritten to its cell's")
     args = parser.parse_args(argv)
     die_with_parent()
     error, unsafe = preload()

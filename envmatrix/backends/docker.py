@@ -30,7 +30,7 @@ from .. import catalog
 from ..cells import Environment
 from ..errors import BackendError
 from ..execute import Completed, probe_command, process_alive
-from ..forkclient import HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, helper_from_hello, run_forked
+from ..forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, helper_from_hello, run_forked
 from ..pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch_index_url
 from ..plan import Build
 from ..spec import Scenario
@@ -374,7 +374,8 @@ class DockerBackend:
         if gpu_ids:  # every GPU; each cell picks its own with CUDA_VISIBLE_DEVICES
             options["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
             options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
-        container = self.client.containers.run(image, ["python", str(FORKSERVER_IN_IMAGE), "--socket", f"{HELPER_DIR}/helper.sock"], **options)
+        command = ["python", str(FORKSERVER_IN_IMAGE), "--socket", f"{HELPER_DIR}/helper.sock", "--room", " " * CMDLINE_ROOM]
+        container = self.client.containers.run(image, command, **options)
 
         def stop() -> None:
             with contextlib.suppress(Exception):  # already gone
@@ -414,7 +415,8 @@ class DockerBackend:
         inner.unlink(missing_ok=True)
         argv = ["--out", f"{RUNS_DIR}/{out.name}", *cmd[4:]]  # cmd: python PROBE --out /out ...
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
-        request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env}
+        cmdline = ["python", str(PROBE_IN_IMAGE), *argv]
+        request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmdline, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env}
         try:
             ended = run_forked(helper, request, timeout=timeout, kills=((signal.SIGKILL, HARD_S),))
         except HelperFailed as exc:
