@@ -24,22 +24,26 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-#: What differs between two runs of the same cell whatever runs it: clocks, pids, ports.
-VOLATILE = re.compile(r'(step_time\\?": )-?[0-9.e+-]+|((?:finished|finish) in )[0-9.]+( s)|(\b(?:PID|pid) )\d+')
-DROPPED = ("started", "finished", "timings")
+#: What differs between two runs of the same cell whatever runs it: clocks, pids, where the reports are.
+VOLATILE_TEXT = re.compile(r'("step_time": |finished in |finish in |(?:PID|pid) )-?[0-9][0-9.e+-]*')
+VOLATILE_KEYS = {"started", "finished", "timings", "pid", "step_time"}
 
 
 def comparable(record: dict[str, Any], root: Path) -> dict[str, Any]:
     """A record without what legitimately differs between two runs: timings, pids, clocks, where the
     reports folder is. Two runs of the same cell, forked or not, must agree on everything else."""
-    text = VOLATILE.sub(lambda m: (m.group(1) or m.group(2) or m.group(4) or "") + "<v>" + (m.group(3) or ""), json.dumps(record))
-    data: dict[str, Any] = json.loads(text.replace(str(root), "<reports>"))
-    for key in DROPPED:
-        data.pop(key, None)
-    result = data.get("result") or {}
-    for key in ("pid", "timings"):
-        result.pop(key, None)
-    return data
+
+    def scrub(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: scrub(v) for k, v in value.items() if k not in VOLATILE_KEYS}
+        if isinstance(value, list):
+            return [scrub(v) for v in value]
+        if isinstance(value, str):
+            return VOLATILE_TEXT.sub(r"\1<v>", value.replace(str(root), "<reports>"))
+        return value
+
+    scrubbed: dict[str, Any] = scrub(record)
+    return scrubbed
 
 
 def differences(a: Any, b: Any, where: str = "") -> list[str]:
@@ -48,7 +52,8 @@ def differences(a: Any, b: Any, where: str = "") -> list[str]:
         return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), f"{where}.{k}")]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{where}[{i}]")]
-    return [] if a == b else [f"{where}: {str(a)[:80]!r} != {str(b)[:80]!r}"]
+    same = a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)  # NaN is NaN here
+    return [] if same else [f"{where}: {str(a)[:80]!r} != {str(b)[:80]!r}"]
 
 
 def load(reports: Path) -> dict[str, dict[str, Any]]:

@@ -191,3 +191,25 @@ def test_records_agree_with_and_without_the_helper(tmp_path: Path) -> None:
         other = runs["nofork"][name]
         assert forked(rec) and not forked(other)
         assert differences(comparable(rec, tmp_path / "fork"), comparable(other, tmp_path / "nofork")) == [], name
+
+
+def test_docker_cells_are_forked_in_a_helper_container(tmp_path: Path) -> None:
+    """On the real engine: one helper container forks the cells; exit statuses read as a container's own
+    (128+N); the timeout still kills from outside; no container outlives the run."""
+    from envmatrix.backends.docker import CPU_BASE, connect
+
+    try:
+        client = connect()
+        client.images.get(CPU_BASE)
+    except Exception:
+        pytest.skip(f"needs a Docker engine and the {CPU_BASE} image (.ci/run makes both)")
+    path = write_matrix(tmp_path, {"sigfpe": {"fault": "sigfpe", "expect": "sigfpe"}, "hang": {"steps": 10000}, "after": {"steps": 2}})
+    got = envmatrix_run("--file", str(path), "--backend", "docker", "--timeout", f"{TIMEOUT:g}", "--reports", str(tmp_path / "r"))
+    assert got.returncode == 0, got.stdout + got.stderr
+    recs = {r["cell"]["scenario"]: r for r in (json.loads(p.read_text()) for p in (tmp_path / "r" / "results").glob("*.json"))}
+    assert recs["sigfpe"]["outcome"]["class"] == "sigfpe" and recs["sigfpe"]["exit_code"] == 128 + signal.SIGFPE
+    assert recs["hang"]["outcome"]["class"] == "timeout" and recs["hang"]["timed_out"] and recs["hang"]["exit_code"] == 128 + signal.SIGKILL
+    assert recs["after"]["outcome"]["class"] == "ok"
+    assert all(forked(r) for r in recs.values())
+    assert all(r["log"]["tail"].startswith("$ docker run envmatrix-probe:") for r in recs.values())
+    assert client.containers.list(all=True, filters={"label": "envmatrix=cell"}) == []
