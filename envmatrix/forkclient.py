@@ -327,6 +327,8 @@ def run_in_process_helper(
     try:
         ended = run_forked(helper, request, timeout=timeout, kills=((signal.SIGTERM, GRACE_S), (signal.SIGKILL, HARD_S)))
     except HelperFailed as exc:
+        if pool.stopped:  # Ctrl-C stopped the helper under this cell: the runner drops it, nothing reruns
+            return Completed(-signal.SIGKILL, False, 0.0)
         pool.failed(key, helper, str(exc))
         return f"{exc} while serving this cell"
     finally:

@@ -8,6 +8,7 @@ removes what a runner killed with SIGKILL left behind (orphaned probe processes,
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -84,8 +85,8 @@ class ProcessBackend:
         note = None
         if self.fork and scenario.world_size == 1:
             done = run_in_process_helper(self.helpers, ready.python, base, cmd, log, timeout=timeout, overrides=devices, owner=out)
-            if isinstance(done, Completed):
-                return done
+            if isinstance(done, Completed) or self.helpers.stopped:  # stopping (Ctrl-C): start nothing new
+                return done if isinstance(done, Completed) else Completed(-signal.SIGKILL, False, 0.0)
             note = done
         env = {**(base or os.environ), **devices} if devices else base
         done = run_logged(cmd, log, timeout=timeout, env=env, owner=out)

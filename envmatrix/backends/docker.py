@@ -293,8 +293,8 @@ class DockerBackend:
         note = None
         if self.fork and scenario.world_size == 1:
             done = self._run_forked(ready, cmd, out, log, timeout=timeout, gpu_ids=gpu_ids, user=user)
-            if isinstance(done, Completed):
-                return done
+            if isinstance(done, Completed) or self.helpers.stopped:  # stopping (Ctrl-C): start nothing new
+                return done if isinstance(done, Completed) else Completed(128 + signal.SIGKILL, False, 0.0)
             note = done
         completed = self._run_container(ready, cmd, out, log, timeout=timeout, gpu_ids=gpu_ids, user=user)
         if note is not None:  # the record's log says why this cell was not forked
@@ -420,6 +420,8 @@ class DockerBackend:
         try:
             ended = run_forked(helper, request, timeout=timeout, kills=((signal.SIGKILL, HARD_S),))
         except HelperFailed as exc:
+            if self.helpers.stopped:  # Ctrl-C removed the helper under this cell: the runner drops it
+                return Completed(128 + signal.SIGKILL, False, 0.0)
             self.helpers.failed(key, helper, str(exc))
             inner.unlink(missing_ok=True)
             return f"{exc} while serving this cell"
