@@ -213,3 +213,26 @@ def test_docker_cells_are_forked_in_a_helper_container(tmp_path: Path) -> None:
     assert all(forked(r) for r in recs.values())
     assert all(r["log"]["tail"].startswith("$ docker run envmatrix-probe:") for r in recs.values())
     assert client.containers.list(all=True, filters={"label": "envmatrix=cell"}) == []
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_helper_and_cell_die_with_the_runner(tmp_path: Path, sig: int) -> None:
+    """Ctrl-C stops the helper and its cell; kill -9 of the runner too (parent-death signals), before any reaping."""
+    path = write_matrix(tmp_path, {"long": {"steps": 10000}})
+    reports = tmp_path / "r"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "envmatrix", "run", "--file", str(path), "--backend", "host", "--reports", str(reports)], cwd=ROOT, env=env)
+    child = probe_pid(reports, "long", training=True)
+    helper = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
+    assert "forkserver.py" in Path(f"/proc/{helper}/cmdline").read_text()
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == (130 if sig == signal.SIGINT else -signal.SIGKILL)
+    wait_for(lambda: not alive(child) and not alive(helper), timeout=20)
