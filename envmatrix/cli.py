@@ -266,6 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the {name} backend")
     options = BackendOptions(profile_name=profile, profile=spec.profiles[profile], gpu_count=gpus.count, venvs=Path(args.venvs), base=Path(args.file).parent)
     backend = make_backend(name, options)
+    backend.fork = not args.no_fork
     if not args.no_resolve and backend.name != "host":  # the host backend installs nothing
         outcome = resolve_cells([c for c in cells if c.env.gpu == gpu])
         if outcome.unreachable:
@@ -468,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=seconds, default=600.0, help="seconds per cell before its process group is killed")
     p.add_argument("--reports", default="reports", help="output folder (records in results/, logs in logs/)")
     p.add_argument("--venvs", default=".envmatrix/venvs", help="where the venv backend keeps its environments")
+    p.add_argument(
+        "--no-fork", action="store_true", help="start a fresh probe process per cell (default: a helper per environment forks each single-process cell)"
+    )
     _add_shard(p)
     p.add_argument("--no-resolve", action="store_true", help="skip the resolver check before building (e.g. no index reachable)")
     p.set_defaults(func=cmd_run)

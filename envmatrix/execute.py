@@ -37,7 +37,7 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL when the runner thread that started it dies (Linux)."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -50,6 +50,7 @@ class Completed:
     exit_code: int
     timed_out: bool
     seconds: float
+    launch: str = "process"  # how the cell was started: process, torchrun, forked, container, or why not forked
 
 
 def probe_source() -> bytes:
@@ -89,12 +90,12 @@ def run_logged(cmd: list[str], log_path: Path, *, timeout: float, env: dict[str,
     start = time.monotonic()
     tag = uuid.uuid4().hex
     env = {**(os.environ if env is None else env), TAG_VAR: tag}
-    owner_file = _write_owner(owner, tag) if owner is not None else None
+    owner_file = write_owner(owner, tag) if owner is not None else None
     with log_path.open("wb") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True, preexec_fn=_die_with_parent
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True, preexec_fn=die_with_parent
         )
         with _ACTIVE_LOCK:
             _ACTIVE[proc] = tag
@@ -117,7 +118,7 @@ def run_logged(cmd: list[str], log_path: Path, *, timeout: float, env: dict[str,
     return Completed(code, timed_out, round(time.monotonic() - start, 3))
 
 
-def _write_owner(folder: Path, tag: str) -> Path:
+def write_owner(folder: Path, tag: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / OWNER_FILE
     path.write_text(json.dumps({"runner_pid": os.getpid(), "tag": tag}))

@@ -173,6 +173,7 @@ class Record:
     exit_code: int | None = None
     signal: str | None = None
     timed_out: bool = False
+    launch: str = ""  # how the probe was started (forked by the environment's helper, a process, torchrun…)
     gpu_ids: tuple[int, ...] = ()
     build: BuildFacts | None = None
     env_facts: Mapping[str, Any] | None = None
@@ -241,6 +242,7 @@ class Record:
             "exit_code": self.exit_code,
             "signal": self.signal,
             "timed_out": self.timed_out,
+            "launch": self.launch,
             "gpu_ids": list(self.gpu_ids),
             "environment": {"facts": _plain(self.env_facts), "build": _plain(asdict(self.build)) if self.build else None},
             "result": _plain(self.result),
@@ -402,6 +404,7 @@ def _parse(r: _Reader, data: Any) -> Record:
         exit_code=r.number(top, "exit_code", "record", integer=True),
         signal=r.text(top, "signal", "record", pattern=_TOKEN, optional=True),
         timed_out=r.flag(top, "timed_out", "record"),
+        launch=r.text(top, "launch", "record", optional=True, limit=2000) or "",
         gpu_ids=tuple(gpu_ids),
         build=_build(r, environment.get("build")),
         env_facts=r.obj(facts, "environment.facts") if facts is not None else None,
@@ -648,6 +651,7 @@ def json_schema() -> dict[str, Any]:
                 "exit_code": {"type": ["integer", "null"]},
                 "signal": str_or_null,
                 "timed_out": {"type": "boolean"},
+                "launch": {"type": "string", "description": "how the probe was started: forked by the environment's helper, a process, torchrun, a container"},
                 "gpu_ids": {"type": "array", "items": {"type": "integer"}},
                 "environment": obj({"facts": {"type": ["object", "null"]}, "build": {"oneOf": [build, {"type": "null"}]}}, []),
                 "result": {**any_obj, "description": "the probe's result.json (its own contract)"},

@@ -263,6 +263,7 @@ class Runner:
                 exit_code=done.exit_code,
                 signal=_signal_name(sig),
                 timed_out=done.timed_out,
+                launch=done.launch,
                 env_facts=env_facts if isinstance(env_facts, dict) else None,
                 result=result,
                 metrics=facts.metrics,

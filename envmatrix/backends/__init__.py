@@ -7,12 +7,15 @@ removes what a runner killed with SIGKILL left behind (orphaned probe processes,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+import signal
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
 from ..execute import Completed, kill_all, probe_command, run_logged
+from ..forkclient import LOG_NOTE, HelperPool, run_in_process_helper
 from ..plan import Build
 from ..spec import Scenario
 
@@ -36,6 +39,7 @@ class Backend(Protocol):
     """One small interface for every backend: the runner does not know which one it drives."""
 
     name: str
+    fork: bool  # single-process cells forked by a per-environment helper (False: --no-fork)
 
     def __enter__(self) -> object: ...
 
@@ -55,19 +59,43 @@ class Backend(Protocol):
 
 
 class ProcessBackend:
-    """Cells as child processes of the runner (host and venv backends)."""
+    """Cells as child processes of the runner (host and venv backends). Single-process cells are forked
+    by a helper per environment that imported torch and transformers once; DDP cells run under torchrun."""
+
+    fork = True
+    _helpers: HelperPool | None = None
+
+    @property
+    def helpers(self) -> HelperPool:
+        if self._helpers is None:
+            self._helpers = HelperPool()
+        return self._helpers
 
     def __enter__(self) -> ProcessBackend:
+        self.helpers.reopen()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop_all()
 
     def run(self, ready: Prepared, scenario: Scenario, out: Path, log: Path, *, timeout: float, gpu_ids: list[int]) -> Completed:
-        env = dict(ready.env) or None
-        if gpu_ids:
-            env = {**(env or {}), "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))}
-        return run_logged(probe_command(ready.python, scenario, out), log, timeout=timeout, env=env, owner=out)
+        base = dict(ready.env) or None
+        devices = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
+        cmd = probe_command(ready.python, scenario, out)
+        note = None
+        if self.fork and scenario.world_size == 1:
+            done = run_in_process_helper(self.helpers, ready.python, base, cmd, log, timeout=timeout, overrides=devices, owner=out)
+            if isinstance(done, Completed) or self.helpers.stopped:  # stopping (Ctrl-C): start nothing new
+                return done if isinstance(done, Completed) else Completed(-signal.SIGKILL, False, 0.0)
+            note = done
+        env = {**(base or os.environ), **devices} if devices else base
+        done = run_logged(cmd, log, timeout=timeout, env=env, owner=out)
+        if note is not None:  # the record's log says why this cell was not forked
+            with log.open("a") as fh:
+                fh.write("\n" + LOG_NOTE.format(reason=note) + "\n")
+        launch = "torchrun" if scenario.world_size > 1 else f"process (fork helper not used: {note})" if note else "process"
+        return replace(done, launch=launch)
 
     def stop_all(self) -> None:
+        self.helpers.stop_all()
         kill_all()

@@ -8,14 +8,17 @@ removal afterwards, on Ctrl-C too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
 import shutil
+import signal
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -28,6 +31,7 @@ from .. import catalog, flashsource
 from ..cells import Environment
 from ..errors import BackendError
 from ..execute import Completed, probe_command, process_alive
+from ..forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, helper_from_hello, run_forked
 from ..pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch_index_url
 from ..plan import Build
 from ..spec import Scenario
@@ -37,6 +41,10 @@ from .venv import package_requirements
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKERFILE = ROOT / "dockerfiles" / "probe.Dockerfile"
 PROBE_IN_IMAGE = Path("/opt/envmatrix/probes/grpo_smoke.py")
+FORKSERVER_IN_IMAGE = PROBE_IN_IMAGE.with_name("forkserver.py")
+HELPER_DIR = "/envmatrix-helper"  # the helper's socket folder, mounted from the host
+RUNS_DIR = "/runs"  # the cells' output folders (the parent of every `out`), mounted for the helper
+CELL_LOG = ".envmatrix-cell.log"  # a forked cell's output inside its folder, moved into its log afterwards
 CPU_BASE = "envmatrix-base:bookworm"
 CUDA_BASES = {
     "11.8": "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04",
@@ -90,9 +98,12 @@ def _http_only(urls: tuple[str, ...]) -> list[str]:
 
 
 class DockerBackend:
-    """Builds `envmatrix-probe:<hash>` images from dockerfiles/probe.Dockerfile and runs cells in containers."""
+    """Builds `envmatrix-probe:<hash>` images from dockerfiles/probe.Dockerfile and runs cells in containers:
+    single-process cells forked by a helper in one long-lived container per environment, DDP cells (and
+    every cell with `fork` off) in a container of their own."""
 
     name = "docker"
+    fork = True
 
     def __init__(
         self,
@@ -114,9 +125,11 @@ class DockerBackend:
         self.settings = settings or read_pip_settings()
         self.running: set[Any] = set()
         self.lock = threading.Lock()
+        self.helpers = HelperPool()
 
     def __enter__(self) -> DockerBackend:
         self.remove_stale()
+        self.helpers.reopen()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -276,14 +289,26 @@ class DockerBackend:
     # ---- cells -----------------------------------------------------------------------------------
 
     def run(self, ready: Prepared, scenario: Scenario, out: Path, log: Path, *, timeout: float, gpu_ids: list[int]) -> Completed:
-        """One scenario in its own container; killed at the timeout; always removed."""
-        import docker
-        from requests.exceptions import ConnectionError as RequestsConnectionError
-        from requests.exceptions import ReadTimeout
-
+        """One scenario: forked by its environment's helper, or in a container of its own."""
         user = _cell_user(out)
         log.parent.mkdir(parents=True, exist_ok=True)
         cmd = probe_command("python", scenario, Path("/out"), probe=PROBE_IN_IMAGE)
+        note = None
+        if self.fork and scenario.world_size == 1:
+            done = self._run_forked(ready, cmd, out, log, timeout=timeout, gpu_ids=gpu_ids, user=user)
+            if isinstance(done, Completed) or self.helpers.stopped:  # stopping (Ctrl-C): start nothing new
+                return done if isinstance(done, Completed) else Completed(128 + signal.SIGKILL, False, 0.0)
+            note = done
+        completed = self._run_container(ready, cmd, out, log, timeout=timeout, gpu_ids=gpu_ids, user=user)
+        if note is not None:  # the record's log says why this cell was not forked
+            with log.open("a") as fh:
+                fh.write("\n" + LOG_NOTE.format(reason=note) + "\n")
+        return replace(completed, launch=f"container of its own (fork helper not used: {note})" if note else "container of its own")
+
+    def _options(self, user: str, gpu_ids: list[int], volumes: dict[str, dict[str, str]]) -> dict[str, Any]:
+        """The container settings every probe process runs under, forked or not."""
+        import docker
+
         options: dict[str, Any] = {
             "detach": True,
             "user": user,
@@ -295,13 +320,21 @@ class DockerBackend:
             "tmpfs": {"/tmp": "", "/home/probe": ""},
             "init": True,  # a real init as PID 1: signals kill the probe as they would outside
             "shm_size": "2g",
-            "volumes": {str(out.resolve()): {"bind": "/out", "mode": "rw"}},
+            "volumes": volumes,
             "environment": {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", "HOME": "/home/probe"},
             "labels": {"envmatrix": "cell", "envmatrix.host": platform.node(), "envmatrix.runner": str(os.getpid())},
         }
         if gpu_ids:
             options["device_requests"] = [docker.types.DeviceRequest(device_ids=[str(i) for i in gpu_ids], capabilities=[["gpu"]])]
             options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
+        return options
+
+    def _run_container(self, ready: Prepared, cmd: list[str], out: Path, log: Path, *, timeout: float, gpu_ids: list[int], user: str) -> Completed:
+        """One probe process in a container of its own; killed at the timeout; always removed."""
+        from requests.exceptions import ConnectionError as RequestsConnectionError
+        from requests.exceptions import ReadTimeout
+
+        options = self._options(user, gpu_ids, {str(out.resolve()): {"bind": "/out", "mode": "rw"}})
         start = time.monotonic()
         container = self.client.containers.run(str(ready.facts["image"]), cmd, **options)
         with self.lock:
@@ -326,7 +359,94 @@ class DockerBackend:
             container.remove(force=True)
         return Completed(code, timed_out, round(time.monotonic() - start, 3))
 
+    # ---- cells forked by a helper container -------------------------------------------------------
+
+    def _start_helper(self, image: str, runs: Path, user: str, gpu_ids: list[int]) -> Helper:
+        """A long-lived container of `image` running probes/forkserver.py, with the cells' security settings,
+        the runs folder mounted and a host folder for its socket; removed when the helper is stopped."""
+        import docker
+
+        folder = Path(tempfile.mkdtemp(prefix="envmatrix-fork-"))
+        uid, gid = (int(x) for x in user.split(":"))
+        if os.getuid() == 0:
+            os.chown(folder, uid, gid)
+        folder.chmod(0o700)
+        volumes = {str(runs): {"bind": RUNS_DIR, "mode": "rw"}, str(folder): {"bind": HELPER_DIR, "mode": "rw"}}
+        options = self._options(user, [], volumes)
+        options["labels"] = {**options["labels"], "envmatrix.helper": image}
+        if gpu_ids:  # every GPU; each cell picks its own with CUDA_VISIBLE_DEVICES
+            options["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+            options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
+        command = ["python", str(FORKSERVER_IN_IMAGE), "--socket", f"{HELPER_DIR}/helper.sock", "--room", " " * CMDLINE_ROOM]
+        container = self.client.containers.run(image, command, **options)
+
+        def stop() -> None:
+            with contextlib.suppress(Exception):  # already gone
+                container.remove(force=True)
+            shutil.rmtree(folder, ignore_errors=True)
+
+        def alive() -> bool:
+            try:
+                container.reload()
+            except Exception:  # removed
+                return False
+            return bool(container.status == "running")
+
+        def why_dead() -> str:
+            try:
+                tail = container.logs().decode(errors="replace").strip().splitlines()[-3:]
+            except Exception:
+                tail = ["(no logs)"]
+            return " | ".join(tail)
+
+        try:
+            sock, hello = connect_when_ready(folder / "helper.sock", alive, why_dead)
+        except HelperFailed:
+            stop()
+            raise
+        return helper_from_hello(folder / "helper.sock", sock, hello, stop=stop, alive=alive, shares_pids=False)
+
+    def _run_forked(self, ready: Prepared, cmd: list[str], out: Path, log: Path, *, timeout: float, gpu_ids: list[int], user: str) -> Completed | str:
+        """One cell forked in its environment's helper container: the same log and exit status as a container
+        of its own (a death by signal N reads 128+N, as from the container's init); or why not."""
+        image, runs = str(ready.facts["image"]), out.parent.resolve()
+        key = f"{image}|{runs}|{user}|{bool(gpu_ids)}"
+        helper = self.helpers.helper(key, lambda: self._start_helper(image, runs, user, gpu_ids))
+        if isinstance(helper, str):
+            return helper
+        inner = out / CELL_LOG
+        inner.unlink(missing_ok=True)
+        argv = ["--out", f"{RUNS_DIR}/{out.name}", *cmd[4:]]  # cmd: python PROBE --out /out ...
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
+        cmdline = ["python", str(PROBE_IN_IMAGE), *argv]
+        request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmdline, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env}
+        try:
+            ended = run_forked(helper, request, timeout=timeout, kills=((signal.SIGKILL, HARD_S),))
+        except HelperFailed as exc:
+            if self.helpers.stopped:  # Ctrl-C removed the helper under this cell: the runner drops it
+                return Completed(128 + signal.SIGKILL, False, 0.0)
+            self.helpers.failed(key, helper, str(exc))
+            inner.unlink(missing_ok=True)
+            return f"{exc} while serving this cell"
+        if ended.status is None:
+            self.helpers.failed(key, helper, "it did not report a killed cell")
+        with log.open("wb") as fh:
+            fh.write(("$ docker run " + image + " " + " ".join(cmd) + "\n").encode())
+            if inner.exists():
+                fh.write(inner.read_bytes())
+            if ended.timed_out:
+                fh.write(f"\n[envmatrix] killed after the {timeout:g} s timeout\n".encode())
+        inner.unlink(missing_ok=True)
+        if ended.status is None:
+            code = 128 + signal.SIGKILL
+        elif os.WIFSIGNALED(ended.status):
+            code = 128 + os.WTERMSIG(ended.status)
+        else:
+            code = os.waitstatus_to_exitcode(ended.status)
+        return Completed(code, ended.timed_out, ended.seconds, launch="forked in the environment's container")
+
     def stop_all(self) -> None:
+        self.helpers.stop_all()
         with self.lock:
             containers = list(self.running)
         for container in containers:

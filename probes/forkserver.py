@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""A per-environment helper that pays the probe's imports once, then forks one child per cell.
+
+    python probes/forkserver.py --socket PATH
+
+Started with the environment's own interpreter (in a venv, or in the environment's container). It calls
+`grpo_smoke.preload()` (torch, transformers and the model code, without initialising CUDA), checks that
+forking is safe, then serves JSON lines on a unix socket, one request per connection:
+
+    {"op": "hello"}  → {"ok": true, "fork": true|false, "reason": ..., "pid": ...}; this first
+                       connection stays open as the lease: when it closes (the runner exited or was
+                       killed), every child is killed and the helper exits.
+    {"op": "run", "argv": [...], "argv0": PATH, "log": PATH, "env": {...}}
+                     → {"pid": N} at once, {"status": RAW_WAIT_STATUS} when the child ended. While it
+                       runs the client may send {"op": "kill", "signal": N} (the child's whole process
+                       group); a connection closed early kills the child's group.
+
+Each child is a real separate process: its own session and process group, stdout and stderr appended to
+the cell's log, the cell's environment variables applied, `grpo_smoke.main(argv)`, then `os._exit`. It dies
+with the helper (a parent-death signal), and the helper with the runner's process (one too). Standard
+library only, besides the probe itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__" and not __package__:  # run as a script: make the `probes` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from probes import grpo_smoke
+
+_PR_SET_PDEATHSIG = 1
+LEASE_WAIT_S = 600.0
+#: What the probe's start() sets before its imports; a helper imports first, so it sets them first.
+PROBE_IMPORT_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (Linux; elsewhere the lease connection covers it)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def native_threads() -> int:
+    """Threads of this process as the kernel sees them (Python's and libraries' own); -1 where unknown."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return -1
+
+
+def fork_unsafe_reason(baseline_threads: int) -> str | None:
+    """Why forking this process now would be unsafe, or None. A child gets a copy of one thread only: a
+    lock another thread held stays locked forever. So: no Python threads besides this one, no native
+    threads beyond the pool torch's import starts (OpenBLAS's, which re-initialises after fork), and
+    CUDA not initialised (a CUDA context never survives fork)."""
+    if not hasattr(os, "fork"):
+        return f"this platform ({sys.platform}) has no fork"
+    if threading.active_count() > 1:
+        return f"{threading.active_count() - 1} Python thread(s) running besides the main one"
+    now = native_threads()
+    if now < 0:
+        return "cannot count this process's threads (/proc/self/task unreadable)"
+    if now > baseline_threads:
+        return f"{now - baseline_threads} native thread(s) started during the imports (beyond torch's own import)"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA was initialised during the imports"
+    return None
+
+
+def set_cmdline(words: list[str]) -> None:
+    """Make /proc/<pid>/cmdline (ps, pgrep, anyone looking for a cell by its folder) read as the cell's
+    command, as far as the room the helper's own command line left allows (its --room argument)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end (fields 48 and 49 of stat)
+    except (OSError, IndexError, ValueError):
+        return
+    data = "\0".join(words).encode()[: max(0, end - start - 1)]
+    room = data + b"\0" * (end - start - len(data))
+    ctypes.memmove(start, room, len(room))
+
+
+def preload() -> tuple[str | None, str | None]:
+    """(error, unsafe reason): the imports once, and whether this process may fork afterwards."""
+    os.environ.update(PROBE_IMPORT_ENV)
+    try:
+        import torch  # noqa: F401  (its import starts its BLAS pool: the baseline of native threads)
+
+        baseline = native_threads()
+        grpo_smoke.preload()
+    except BaseException as exc:
+        traceback.print_exc()
+        return f"{type(exc).__name__}: {exc}"[:2000], None
+    return None, fork_unsafe_reason(baseline)
+
+
+def child(request: dict[str, Any], keep_open: list[int]) -> None:
+    """In the forked child: become a cell process, run the probe, never return."""
+    code = 1
+    try:
+        os.setsid()
+        die_with_parent()
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for fd in keep_open:
+            os.close(fd)
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(null)
+        os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
+        argv = [str(a) for a in request["argv"]]
+        set_cmdline([str(w) for w in request.get("cmdline", [])])
+        sys.argv = [str(request.get("argv0", "grpo_smoke.py")), *argv]
+        code = grpo_smoke.main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a closed or broken stream: nothing more to say
+                stream.flush()
+        os._exit(code)
+
+
+class Server:
+    """The helper's loop: one thread, a selector over the listening socket, the connections and SIGCHLD."""
+
+    def __init__(self, path: str, error: str | None, unsafe: str | None) -> None:
+        self.error, self.unsafe = error, unsafe
+        self.sel = selectors.DefaultSelector()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if os.path.exists(path):
+            os.unlink(path)
+        self.listener.bind(path)
+        self.listener.listen(64)
+        self.listener.setblocking(False)
+        self.sel.register(self.listener, selectors.EVENT_READ, "accept")
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        self.keep = [self.listener.fileno(), self.wake_r, wake_w]
+        self.buffers: dict[socket.socket, bytes] = {}
+        self.children: dict[int, socket.socket] = {}  # pid → its client's connection
+        self.lease: socket.socket | None = None
+        self.started = time.monotonic()
+
+    def serve(self) -> None:
+        while True:
+            if self.lease is None and time.monotonic() - self.started > LEASE_WAIT_S:
+                return  # nobody ever came for this helper
+            for key, _ in self.sel.select(timeout=1.0):
+                if key.data == "accept":
+                    self.accept()
+                elif key.data == "wake":
+                    self.drain_wakeups()
+                elif not self.readable(key.fileobj):  # type: ignore[arg-type]
+                    return  # the lease ended: the runner is gone
+            self.reap()
+
+    def accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        conn.setblocking(True)
+        self.buffers[conn] = b""
+        self.sel.register(conn, selectors.EVENT_READ, "conn")
+
+    def drain_wakeups(self) -> None:
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def readable(self, conn: socket.socket) -> bool:
+        """Handle data or EOF on a connection; False when the lease connection ended."""
+        try:
+            data = conn.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            return self.closed(conn)
+        self.buffers[conn] += data
+        while b"\n" in self.buffers[conn]:
+            line, self.buffers[conn] = self.buffers[conn].split(b"\n", 1)
+            try:
+                self.handle(conn, json.loads(line))
+            except (ValueError, KeyError, TypeError) as exc:
+                self.send(conn, {"error": f"bad request: {exc}"})
+        return True
+
+    def closed(self, conn: socket.socket) -> bool:
+        self.forget(conn)
+        for pid, owner in list(self.children.items()):
+            if owner is conn:  # its client is gone: so is the cell
+                self.kill(pid, signal.SIGKILL)
+        return conn is not self.lease
+
+    def forget(self, conn: socket.socket) -> None:
+        if conn in self.buffers:
+            self.sel.unregister(conn)
+            del self.buffers[conn]
+            conn.close()
+
+    def handle(self, conn: socket.socket, req: dict[str, Any]) -> None:
+        op = req["op"]
+        if op == "hello":
+            self.lease = conn
+            self.send(conn, {"ok": self.error is None, "error": self.error, "fork": self.unsafe is None, "reason": self.unsafe, "pid": os.getpid()})
+        elif op == "run":
+            if self.error is not None or self.unsafe is not None:
+                self.send(conn, {"error": self.error or self.unsafe})
+                return
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            pid = os.fork()
+            if pid == 0:
+                child(req, [*self.keep, *(c.fileno() for c in self.buffers)])
+            self.children[pid] = conn
+            self.send(conn, {"pid": pid})
+        elif op == "kill":
+            for pid, owner in self.children.items():
+                if owner is conn:
+                    self.kill(pid, int(req.get("signal", signal.SIGKILL)))
+        else:
+            self.send(conn, {"error": f"unknown op {op!r}"})
+
+    def send(self, conn: socket.socket, message: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):  # the client went away; its EOF arrives through the selector
+            conn.sendall(json.dumps(message).encode() + b"\n")
+
+    @staticmethod
+    def kill(pid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+
+    def reap(self) -> None:
+        """Report every ended child; first kill what is left of its process group (before its pid is free)."""
+        while self.children:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None:
+                return
+            self.kill(info.si_pid, signal.SIGKILL)
+            _, status = os.waitpid(info.si_pid, 0)
+            conn = self.children.pop(info.si_pid, None)
+            if conn is not None:
+                self.send(conn, {"status": status})
+                self.forget(conn)
+
+    def shutdown(self) -> None:
+        for pid in list(self.children):
+            self.kill(pid, signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="forkserver.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--socket", required=True, help="the unix socket to serve on (created once the imports are done)")
+    parser.add_argument("--room", default="", help="blank room on the command line: each child's command line is rewritten to its cell's")
+    args = parser.parse_args(argv)
+    die_with_parent()
+    error, unsafe = preload()
+    server = Server(args.socket, error, unsafe)
+    print(f"forkserver {os.getpid()}: {'ready' if error is None else 'imports failed'}; fork {'unsafe: ' + unsafe if unsafe else 'safe'}", flush=True)
+    try:
+        server.serve()
+    finally:
+        server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
