@@ -51,7 +51,8 @@ def leftover_containers() -> list[str]:
 
 def test_docker_backend_runs_a_healthy_scenario_and_a_control(tmp_path: Path, client: Any) -> None:
     reports = tmp_path / "reports"
-    got = run("run", "--backend", "docker", "--profile", "cpu", "--only", "cpu-torch2.13.0-tf4.57.6-fanone-cpu-py3.11/{fp32-sdpa,ctl-zero-grad}", "--reports", str(reports))
+    only = "cpu-torch2.13.0-tf4.57.6-fanone-cpu-py3.11/{fp32-sdpa,ctl-zero-grad}"
+    got = run("run", "--backend", "docker", "--profile", "cpu", "--only", only, "--reports", str(reports))
     assert got.returncode == 0, got.stdout + got.stderr
     records = {r["cell"]["scenario"]: r for r in (json.loads(p.read_text()) for p in (reports / "results").glob("*.json"))}
     assert records["fp32-sdpa"]["outcome"]["class"] == "ok", records["fp32-sdpa"]["outcome"]
