@@ -319,6 +319,20 @@ def remedy(outcome: str, facts: RunFacts, also: tuple[str, ...] = ()) -> str:
             "the zero gradients follow from the garbled completions (identical nonsense ties every reward, so every advantage is 0): "
             + REMEDIES["garbled_output"]
         )
+    if outcome == "garbled_output":
+        parity = (facts.result or {}).get("parity") or {}
+        impl = str(parity.get("implementation") or opts.get("attn") or "")
+        if parity.get("within_tolerance") is False and parity.get("family") == "gemma2" and "flash" not in impl:
+            return (
+                f"Gemma-2's attention softcapping is not applied by {impl or 'this attention implementation'} in this transformers release, "
+                "so its logits differ from eager: train Gemma-2 with attn_implementation='eager' "
+                "(or flash_attention_2 from flash-attn >= 2.6.3, which applies the softcap)"
+            )
+        if parity.get("within_tolerance") is False and parity.get("path") == "image":
+            return (
+                "the image path disagrees with eager (vision tokens or multimodal rotary positions with left padding): "
+                "use eager or sdpa for the VLM, and check position ids"
+            )
     if outcome == "zero_grad":
         temperature = _number(opts.get("temperature", seen.get("temperature")))
         top_p = _number(opts.get("top_p", seen.get("top_p")))

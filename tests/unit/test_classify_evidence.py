@@ -199,3 +199,10 @@ def test_parity_failure_names_the_family_and_path() -> None:
     parity |= {"rel_err": 0.0308, "tolerance": 1e-5, "baseline_rel_err": 0.0}
     verdict = classify(RunFacts(exit_code=0, result={"finished": True, "steps_completed": 4, "parity": parity}))
     assert verdict.outcome == "garbled_output" and "gemma2 (text path) sdpa" in verdict.evidence
+
+
+def test_gemma2_softcap_parity_failure_gets_the_softcap_remedy_not_the_flash_attn_one() -> None:
+    parity = {"within_tolerance": False, "family": "gemma2", "path": "text", "implementation": "sdpa", "dtype": "fp32"}
+    parity |= {"rel_err": 0.0308, "tolerance": 1e-5, "baseline_rel_err": 0.0}
+    verdict = classify(RunFacts(exit_code=0, result={"finished": True, "steps_completed": 4, "parity": parity, "options": {"attn": "sdpa"}}))
+    assert "softcapping" in verdict.remedy and "eager" in verdict.remedy and "pip install flash-attn" not in verdict.remedy
