@@ -58,26 +58,23 @@ def seconds(text: str) -> float:
     return value
 
 
-def jobs(text: str) -> int:
-    """--jobs: a whole number of cells at once, 1 to MAX_JOBS."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; write one such as 2") from None
-    if not 1 <= value <= MAX_JOBS:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of cells at once from 1 to {MAX_JOBS}")
-    return value
+def bounded_int(what: str, lo: int, hi: int, example: str) -> Callable[[str], int]:
+    """An argparse type: a whole number in [lo, hi], else a message naming `what` and an example."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}; write one such as {example}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} is {lo} to {hi}")
+        return value
+
+    return parse
 
 
-def exit_code(text: str) -> int:
-    """--exit-code: a process's status, 0..255, or -N for signal N."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an exit status; write one such as 1, 136 or -8") from None
-    if not -255 <= value <= 255:
-        raise argparse.ArgumentTypeError(f"{text!r}: an exit status is 0 to 255 (or -N for signal N)")
-    return value
+jobs = bounded_int("a whole number of cells at once", 1, MAX_JOBS, "2")
+exit_code = bounded_int("an exit status (0 to 255, or -N for signal N)", -255, 255, "1, 136 or -8")
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:

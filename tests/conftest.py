@@ -65,6 +65,18 @@ def write_host_matrix(tmp: Path, scenarios: dict[str, dict[str, Any]], transform
     return path
 
 
+def wait_for(predicate: Callable[[], object], timeout: float = 120) -> None:
+    """Poll until `predicate()` is true; fail the test when it is not within `timeout` seconds."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
 def problems(path: Path) -> str:
     """The messages of the SpecError that loading `path` must raise (exit status 2)."""
     from envmatrix.errors import SpecError

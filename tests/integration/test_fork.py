@@ -14,13 +14,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from conftest import wait_for
 from rich.console import Console
 
 import envmatrix.forkclient as forkclient
@@ -78,15 +78,6 @@ def runner_records(reports: Path) -> list[Any]:
     from envmatrix.records import read_record
 
     return [read_record(p) for p in sorted((reports / "results").glob("*.json"))]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 300) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not reached in time")
 
 
 def probe_pid(reports: Path, scenario: str, *, training: bool) -> int:

@@ -8,11 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_for
 from conftest import write_host_matrix as write_matrix
 
 pytestmark = [
@@ -36,15 +36,6 @@ def records(reports: Path) -> dict[str, dict[str, Any]]:
         data = json.loads(p.read_text())
         out[data["cell"]["scenario"]] = data
     return out
-
-
-def wait_for(predicate: Any, timeout: float = 120) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError("condition not reached in time")
 
 
 HEALTHY = {"fp32-sdpa": {"attn": "sdpa"}}
