@@ -91,7 +91,7 @@ def flat_row(rec: Record) -> dict[str, Any]:
 
 def _packages_text(packages: Mapping[str, str]) -> str:
     """`trl==1.16.0 peft==none`: the extra package axes of a cell, in name order."""
-    return " ".join(f"{name}=={version}" for name, version in sorted(packages.items()))
+    return " ".join(f"{name}=={version}" for name, version in sorted(packages.items()) if version != "none")  # none: not installed
 
 
 def results_frame(records: list[Record]) -> pd.DataFrame:
