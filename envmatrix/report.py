@@ -90,7 +90,7 @@ def flat_row(rec: Record) -> dict[str, Any]:
 
 
 def _packages_text(packages: Mapping[str, str]) -> str:
-    """`trl==1.16.0 peft==none`: the extra package axes of a cell, in name order."""
+    """`trl==1.16.0`: the extra packages a cell installs, in name order."""
     return " ".join(f"{name}=={version}" for name, version in sorted(packages.items()) if version != "none")  # none: not installed
 
 
