@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from records_factory import make_record
 
-from envmatrix.records import cell_stem, write_record
+from envmatrix.records import Record, cell_stem, write_record
 from envmatrix.report import write_report
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -22,10 +28,26 @@ pytestmark = [
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-def test_report_renders_filters_and_escapes(tmp_path: Path) -> None:
+@contextmanager
+def report_page(records: list[Record], tmp_path: Path, width: int) -> Iterator[Page]:
+    """Write the records, render the report from them, and open it in headless chromium."""
     from playwright.sync_api import sync_playwright
 
     results = tmp_path / "results"
+    for rec in records:
+        write_record(results / f"{cell_stem(rec.id)}.json", rec)
+    html = write_report([results], tmp_path)["html"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": width, "height": 800})
+        page.goto(html.as_uri())
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def test_report_renders_filters_and_escapes(tmp_path: Path) -> None:
     records = [
         make_record("ok"),
         make_record("sigfpe", scenario="bf16", evidence="line 9: Caught signal 8 (Floating point exception)"),
@@ -35,13 +57,7 @@ def test_report_renders_filters_and_escapes(tmp_path: Path) -> None:
         ),
         make_record("zero_grad", scenario="ctl-zero-grad", expect="zero_grad", gpu="H20", torch="2.8.0", cuda="12.8"),
     ]
-    for rec in records:
-        write_record(results / f"{cell_stem(rec.id)}.json", rec)
-    html = write_report([results], tmp_path)["html"]
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 800})
-        page.goto(html.as_uri())
+    with report_page(records, tmp_path, 1400) as page:
         assert page.locator("#matrix tbody tr").count() == 3
         assert page.locator("td.cell").count() == 5
         page.select_option("#f-outcome", "sigfpe")
@@ -57,16 +73,12 @@ def test_report_renders_filters_and_escapes(tmp_path: Path) -> None:
         assert "onerror" in page.locator("#p-log").inner_text()
         assert page.evaluate("window.pwned") is None
         page.screenshot(path=str(tmp_path / "matrix.png"), full_page=True)
-        browser.close()
     assert (tmp_path / "matrix.png").stat().st_size > 10_000
 
 
 def test_first_screen_shows_findings_and_a_failed_control_loud(tmp_path: Path) -> None:
     """At 1280x800 the findings (with the explaining axis) are on the first screen; reproduced controls
     are drawn quietly and a control that did not reproduce is loud."""
-    from playwright.sync_api import sync_playwright
-
-    results = tmp_path / "results"
     common = {"torch": "2.13.0", "cuda": "none", "gpu": "cpu"}
     records = []
     for tf in ("4.51.3", "4.57.6", "5.23.0"):
@@ -74,13 +86,7 @@ def test_first_screen_shows_findings_and_a_failed_control_loud(tmp_path: Path) -
         records.append(make_record("grad_lost" if tf != "5.23.0" else "ok", scenario="frozen-emb-reentrant", transformers=tf, **common))
         ctl = "ok" if tf == "5.23.0" else "zero_grad"  # the newest release's control fails to reproduce
         records.append(make_record(ctl, scenario="ctl-zero-grad", expect="zero_grad", transformers=tf, **common))
-    for rec in records:
-        write_record(results / f"{cell_stem(rec.id)}.json", rec)
-    html = write_report([results], tmp_path)["html"]
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        page.goto(html.as_uri())
+    with report_page(records, tmp_path, 1280) as page:
         finding = page.locator("#findings li.finding").first
         assert "transformers" in finding.inner_text() and "grad_lost" in finding.inner_text()
         box = finding.bounding_box()
@@ -90,4 +96,3 @@ def test_first_screen_shows_findings_and_a_failed_control_loud(tmp_path: Path) -
         loud = page.locator("td.cell.failedcontrol").evaluate("e => getComputedStyle(e).outlineStyle + ' ' + getComputedStyle(e).backgroundColor")
         assert quiet == "rgb(246, 248, 250)"  # reproduced controls: pale, muted
         assert loud.startswith("solid") and "246, 248, 250" not in loud  # the failed control: framed, in its class colour
-        browser.close()
