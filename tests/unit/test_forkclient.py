@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_forking_is_safe_in_a_plain_process_and_unsafe_with_a_thread() -> None:
     assert fork_unsafe_reason(native_threads()) is None
+    before = native_threads()
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait)
     worker.start()
@@ -32,6 +33,9 @@ def test_forking_is_safe_in_a_plain_process_and_unsafe_with_a_thread() -> None:
     finally:
         stop.set()
         worker.join()
+    deadline = time.monotonic() + 10
+    while native_threads() > before and time.monotonic() < deadline:  # a joined thread leaves /proc/self/task a moment later
+        time.sleep(0.01)
     assert "native thread" in (fork_unsafe_reason(native_threads() - 1) or "")
 
 

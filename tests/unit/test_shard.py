@@ -41,7 +41,8 @@ def check(cells: list[Cell], n: int) -> list[list[Cell]]:
         env_owner.setdefault((c.env.gpu, c.env.build_id), set()).add(owner[c.id])
     assert all(len(s) == 1 for s in env_owner.values()), "an environment was split across shards"
     for part in slices:
-        assert part == [c for c in cells if c in part], "plan order is kept within a shard"
+        members = {c.id for c in part}
+        assert part == [c for c in cells if c.id in members], "plan order is kept within a shard"
     for gpu in {c.env.gpu for c in cells}:
         loads = [shard_load([c for c in part if c.env.gpu == gpu]) for part in slices]
         costliest = max(cost for _k, cost, m in groups([c for c in cells if c.env.gpu == gpu]))
