@@ -2,7 +2,7 @@
 pairs, venvs ready), each forked cell's wall time against the probe's in-process work (result.json's
 total_s), and whether the records agree apart from timings and pids.
 
-    python bench/bench_fork.py [--only PATTERN] [--pairs 1] [--backend venv] [--jobs 1]
+    python bench/bench_fork.py [--only PATTERN] [--pairs 1] [--backend venv] [--jobs 1] [--keep DIR]
 
 Figures are wall seconds of whole `envmatrix run --rerun` processes. On a machine shared with others,
 read the pairs, not one figure: each pair runs both modes back to back, in alternating order.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,14 +25,25 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-#: What differs between two runs of the same cell whatever runs it: clocks, pids, where the reports are.
-VOLATILE_TEXT = re.compile(r'("step_time": |finished in |finish in |(?:PID|pid) )-?[0-9][0-9.e+-]*')
+#: What differs between two runs of the same cell whatever runs it: clocks, pids, progress-bar rates,
+#: where the reports are.
+VOLATILE_TEXT = re.compile(r'("step_time": |finished in |finish in |(?:PID|pid) |\[\d\d:\d\d<\d\d:\d\d, |\[[WEI]\d{4} )-?[0-9][0-9.:e+ -]*(?:it/s|s/it)?')
 VOLATILE_KEYS = {"started", "finished", "timings", "pid", "step_time", "launch"}  # launch: how it started, by design
+#: The log's line saying why the helper did not fork a cell: like `launch`, how it was started, by design.
+FALLBACK_NOTE = re.compile(r"\n*\[envmatrix\] fork helper not used for this cell: .*?; it ran in a process of its own\n", re.S)
+#: In a multi-rank log the ranks' lines interleave in whatever order the scheduler gave them (two torchrun
+#: runs of one cell differ already), and the launcher's own lines differ by design (torchrun's banner
+#: and ChildFailedError report, the helper's "[envmatrix] ranks" lines). What the ranks said is compared:
+#: their "[rankN]" lines and their distinct exception lines, each as a sorted list.
+RANK_START = re.compile(r"(?=\[rank\d+\][ :])")  # unbuffered ranks (torchrun's `python -u`) can even share a line
+EXCEPTION_LINE = re.compile(r"^(?!torch\.distributed\.elastic)[A-Za-z_][\w.]*(?:Error|Exception): .*$", re.M)
+EVIDENCE_AT = re.compile(r"^line \d+: ")
 
 
 def comparable(record: dict[str, Any], root: Path) -> dict[str, Any]:
     """A record without what legitimately differs between two runs: timings, pids, clocks, where the
-    reports folder is. Two runs of the same cell, forked or not, must agree on everything else."""
+    reports folder is, and for a multi-rank cell the order of its ranks' lines. Two runs of the same
+    cell, forked or not, must agree on everything else."""
 
     def scrub(value: Any) -> Any:
         if isinstance(value, dict):
@@ -39,10 +51,16 @@ def comparable(record: dict[str, Any], root: Path) -> dict[str, Any]:
         if isinstance(value, list):
             return [scrub(v) for v in value]
         if isinstance(value, str):
-            return VOLATILE_TEXT.sub(r"\1<v>", value.replace(str(root), "<reports>"))
+            return VOLATILE_TEXT.sub(r"\1<v>", FALLBACK_NOTE.sub("\n", value.replace(str(root), "<reports>")))
         return value
 
     scrubbed: dict[str, Any] = scrub(record)
+    if ((record.get("cell") or {}).get("scenario_settings") or {}).get("world_size", 1) > 1:
+        log, outcome = scrubbed.get("log") or {}, scrubbed.get("outcome") or {}
+        tail = str(log.get("tail", ""))
+        said = [piece.rstrip() for line in tail.splitlines() for piece in RANK_START.split(line) if piece.startswith("[rank")]
+        log["tail"] = sorted(said) + sorted(set(EXCEPTION_LINE.findall(tail)))
+        outcome["evidence"] = EVIDENCE_AT.sub("line <n>: ", str(outcome.get("evidence", "")))
     return scrubbed
 
 
@@ -95,6 +113,7 @@ def main() -> None:
     parser.add_argument("--backend", default="venv", choices=("venv", "docker"))
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--venvs", type=Path, default=ROOT / ".envmatrix" / "venvs")
+    parser.add_argument("--keep", type=Path, help="copy both runs' reports here (to read the records)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -109,24 +128,27 @@ def main() -> None:
         print(f"matrix ({where}): median with helper {med[True]:.1f} s, --no-fork {med[False]:.1f} s: {med[False] / med[True]:.2f}x faster")
 
         forked, plain = load(tmp / "fork"), load(tmp / "nofork")
-        print(f"\n{'cell (forked, last pair)':<62} {'wall':>7} {'work':>7} {'ratio':>6}   {'no-fork wall':>12}")
-        ratios = []
+        print(f"\n{'cell (with helper, last pair)':<66} {'launch':<15} {'wall':>6} {'work':>6} {'ratio':>6} {'no-fork wall':>13}")
+        ratios: dict[bool, list[float]] = {False: [], True: []}
         for cell_id, rec in sorted(forked.items()):
+            if rec.get("status") != "done":
+                continue
             wall, work = (rec.get("timings") or {}).get("probe_s"), ((rec.get("result") or {}).get("timings") or {}).get("total_s")
             ddp = rec["cell"]["scenario_settings"]["world_size"] > 1
-            other = (plain.get(cell_id, {}).get("timings") or {}).get("probe_s")
+            other = (plain.get(cell_id, {}).get("timings") or {}).get("probe_s") or 0.0
             if wall is None or not work:
-                print(f"{cell_id:<62} {'-':>7}")
+                print(f"{cell_id:<66} {rec.get('launch', '')[:15]:<15} {'-':>6}")
                 continue
-            if not ddp:
-                ratios.append(wall / work)
-            print(f"{cell_id:<62} {wall:7.2f} {work:7.2f} {wall / work:6.2f}{' (DDP: torchrun)' if ddp else ''}   {other or 0:12.2f}")
-        if ratios:
-            print(f"single-process cells: wall / in-process work median {statistics.median(ratios):.2f}, max {max(ratios):.2f} (target <= 1.3)")
+            ratios[ddp].append(wall / work)
+            print(f"{cell_id:<66} {rec.get('launch', '')[:15]:<15} {wall:6.2f} {work:6.2f} {wall / work:6.2f} {other:13.2f}")
+        for ddp, label in ((False, "single-process cells"), (True, "multi-rank cells")):
+            if ratios[ddp]:
+                mid, top = statistics.median(ratios[ddp]), max(ratios[ddp])
+                print(f"{label}: wall / in-process work median {mid:.2f}, max {top:.2f}" + ("" if ddp else " (target <= 1.3)"))
 
         same = differ = 0
         for cell_id, rec in sorted(forked.items()):
-            if cell_id not in plain:
+            if cell_id not in plain or rec.get("status") != "done":
                 continue
             diffs = differences(comparable(rec, tmp / "fork"), comparable(plain[cell_id], tmp / "nofork"))
             if diffs:
@@ -134,7 +156,10 @@ def main() -> None:
                 print(f"records differ: {cell_id}: " + "; ".join(diffs[:3]))
             else:
                 same += 1
-        print(f"records identical apart from timings and pids: {same} of {same + differ}")
+        print(f"records identical apart from timings and pids: {same} of {same + differ} cells run")
+        if args.keep:
+            shutil.copytree(tmp, args.keep, dirs_exist_ok=True)
+            print(f"reports kept in {args.keep}")
 
 
 if __name__ == "__main__":

@@ -63,7 +63,12 @@ def probe_command(python: str, scenario: Scenario, out_dir: Path, probe: Path = 
     launcher = [python]
     if scenario.world_size > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={scenario.world_size}"]
-    return [*launcher, str(probe), "--out", str(out_dir), *scenario.probe_args()]
+    return [*launcher, str(probe), *probe_argv(scenario, out_dir)]
+
+
+def probe_argv(scenario: Scenario, out_dir: Path) -> list[str]:
+    """The probe's own arguments for `scenario` (what a forked cell's `main(argv)` gets, on every rank)."""
+    return ["--out", str(out_dir), *scenario.probe_args()]
 
 
 def _kill_group(proc: subprocess.Popen[bytes], tag: str) -> None:

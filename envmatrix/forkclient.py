@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .execute import GRACE_S, TAG_VAR, Completed, die_with_parent, kill_tagged, write_owner
+from .execute import GRACE_S, PROBE, TAG_VAR, Completed, die_with_parent, kill_tagged, write_owner
 
 FORKSERVER = Path(__file__).resolve().parent.parent / "probes" / "forkserver.py"
 START_TIMEOUT_S = 900.0  # the helper's imports; on a loaded machine torch + transformers take half a minute
@@ -306,24 +306,27 @@ def run_in_process_helper(
     pool: HelperPool,
     python: str,
     env: dict[str, str] | None,
-    cmd: list[str],
+    argv: list[str],
     log: Path,
     *,
+    ranks: int,
     timeout: float,
     overrides: dict[str, str],
     owner: Path,
 ) -> Completed | str:
-    """One cell (the command `cmd` would run) forked by the helper of `python`'s environment: the same log
-    (first line `$ <command>`) and Completed as `run_logged`; or why not (the caller runs `cmd` itself)."""
+    """One cell (the probe with `argv`, on `ranks` ranks) forked by the helper of `python`'s environment:
+    the same log (first line `$ <command>`) and Completed as `run_logged`; or why not (the caller runs the
+    cell itself)."""
     key = hashlib.sha256(json.dumps([python, sorted((env or {}).items())]).encode()).hexdigest()[:16]
     helper = pool.helper(key, lambda: start_process_helper(python, env))
     if isinstance(helper, str):
         return helper
+    cmd = [python, str(PROBE), *argv]
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_bytes(("$ " + " ".join(cmd) + "\n").encode())
     tag = uuid.uuid4().hex
     owner_file = write_owner(owner, helper.tag or tag)  # a runner killed with -9: the next one reaps the helper's tag
-    request = {"argv": cmd[2:], "argv0": cmd[1], "cmdline": cmd, "log": str(log.resolve()), "env": {**overrides, TAG_VAR: tag}}
+    request = {"argv": argv, "argv0": str(PROBE), "cmdline": cmd, "log": str(log.resolve()), "env": {**overrides, TAG_VAR: tag}, "ranks": ranks}
     try:
         ended = run_forked(helper, request, timeout=timeout, kills=((signal.SIGTERM, GRACE_S), (signal.SIGKILL, HARD_S)))
     except HelperFailed as exc:
@@ -340,4 +343,9 @@ def run_in_process_helper(
         with log.open("ab") as fh:
             fh.write(f"\n[envmatrix] killed after the {timeout:g} s timeout\n".encode())
     code = -signal.SIGKILL if ended.status is None else os.waitstatus_to_exitcode(ended.status)
-    return Completed(code, ended.timed_out, ended.seconds, launch="forked")
+    return Completed(code, ended.timed_out, ended.seconds, launch=forked_launch(ranks))
+
+
+def forked_launch(ranks: int, where: str = "") -> str:
+    """The record's `launch` for a forked cell: "forked", "2 ranks forked", with where (the container)."""
+    return (f"{ranks} ranks forked" if ranks > 1 else "forked") + where

@@ -10,10 +10,12 @@ forking is safe, then serves JSON lines on a unix socket, one request per connec
     {"op": "hello"}  → {"ok": true, "fork": true|false, "reason": ..., "pid": ...}; this first
                        connection stays open as the lease: when it closes (the runner exited or was
                        killed), every child is killed and the helper exits.
-    {"op": "run", "argv": [...], "argv0": PATH, "log": PATH, "env": {...}}
+    {"op": "run", "argv": [...], "argv0": PATH, "log": PATH, "env": {...}, "ranks": N}
                      → {"pid": N} at once, {"status": RAW_WAIT_STATUS} when the child ended. While it
                        runs the client may send {"op": "kill", "signal": N} (the child's whole process
-                       group); a connection closed early kills the child's group.
+                       group); a connection closed early kills the child's group. With "ranks" > 1 the
+                       child forks that many ranks in its group and supervises them as torchrun would
+                       (probes/ranks.py).
 
 Each child is a real separate process: its own session and process group, stdout and stderr appended to
 the cell's log, the cell's environment variables applied, `grpo_smoke.main(argv)`, then `os._exit`. It dies
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
 import selectors
@@ -41,7 +44,7 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # run as a script: make the `probes` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from probes import grpo_smoke
+from probes import grpo_smoke, ranks
 
 _PR_SET_PDEATHSIG = 1
 LEASE_WAIT_S = 600.0
@@ -55,12 +58,23 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+#: Native threads known to survive fork: their library stops them in the child by its own fork handlers.
+FORK_SAFE_THREADS = {
+    "jemalloc_bg_thd": "jemalloc (pyarrow's allocator, imported with datasets) disables its background threads in a forked child",
+}
+
+
 def native_threads() -> int:
-    """Threads of this process as the kernel sees them (Python's and libraries' own); -1 where unknown."""
+    """Threads of this process as the kernel sees them (Python's and libraries' own), less those in
+    FORK_SAFE_THREADS; -1 where unknown."""
     try:
-        return len(os.listdir("/proc/self/task"))
+        names = []
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
     except OSError:
         return -1
+    return sum(1 for name in names if name not in FORK_SAFE_THREADS)
 
 
 def fork_unsafe_reason(baseline_threads: int) -> str | None:
@@ -97,7 +111,9 @@ def set_cmdline(words: list[str]) -> None:
 
 
 def preload() -> tuple[str | None, str | None]:
-    """(error, unsafe reason): the imports once, and whether this process may fork afterwards."""
+    """(error, unsafe reason): the imports once, and whether this process may fork afterwards. Where trl
+    is installed its trainer is imported too; if that import fails, this process is left half-imported,
+    so no cell is forked from it (each then meets the same failure in a process of its own)."""
     os.environ.update(PROBE_IMPORT_ENV)
     try:
         import torch  # noqa: F401  (its import starts its BLAS pool: the baseline of native threads)
@@ -107,6 +123,14 @@ def preload() -> tuple[str | None, str | None]:
     except BaseException as exc:
         traceback.print_exc()
         return f"{type(exc).__name__}: {exc}"[:2000], None
+    if importlib.util.find_spec("trl") is not None:
+        try:
+            from probes import trl_trainer
+
+            trl_trainer.preload()
+        except BaseException as exc:
+            traceback.print_exc()
+            return None, f"importing trl's trainer failed ({type(exc).__name__}: {str(exc)[:300]})"
     return None, fork_unsafe_reason(baseline)
 
 
@@ -133,7 +157,8 @@ def child(request: dict[str, Any], keep_open: list[int]) -> None:
         argv = [str(a) for a in request["argv"]]
         set_cmdline([str(w) for w in request.get("cmdline", [])])
         sys.argv = [str(request.get("argv0", "grpo_smoke.py")), *argv]
-        code = grpo_smoke.main(argv)
+        world = int(request.get("ranks", 1))
+        code = ranks.launch(world, lambda: grpo_smoke.main(argv), die_with_parent) if world > 1 else grpo_smoke.main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:

@@ -31,6 +31,14 @@ TRAIN_SUMMARY_KEYS = ("train_runtime", "train_loss")
 DEFAULTS_SHOWN = ("loss_type", "scale_rewards", "epsilon", "num_iterations", "max_prompt_length", "mask_truncated_completions", "vllm_mode")
 
 
+def preload() -> None:
+    """trl's trainer and what it imports (datasets, accelerate), for a helper that forks cells: a
+    forked TRL cell then skips the import, the same modules it would load itself."""
+    import datasets  # noqa: F401
+    import trl  # noqa: F401
+    from trl import GRPOConfig, GRPOTrainer  # noqa: F401
+
+
 def grpo_config_kwargs(
     options: Any, *, out_dir: Path, n_prompts: int, world: int, max_new_tokens: int, device: str, accepted: set[str] | None
 ) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-from ..execute import Completed, kill_all, probe_command, run_logged
+from ..execute import Completed, kill_all, probe_argv, probe_command, run_logged
 from ..forkclient import LOG_NOTE, HelperPool, run_in_process_helper
 from ..plan import Build
 from ..spec import Scenario
@@ -59,8 +59,9 @@ class Backend(Protocol):
 
 
 class ProcessBackend:
-    """Cells as child processes of the runner (host and venv backends). Single-process cells are forked
-    by a helper per environment that imported torch and transformers once; DDP cells run under torchrun."""
+    """Cells as child processes of the runner (host and venv backends), forked by a helper per environment
+    that imported torch and transformers once (a DDP cell's ranks too); with `fork` off, or where the helper
+    cannot serve, a process per cell (torchrun for DDP)."""
 
     fork = True
     _helpers: HelperPool | None = None
@@ -83,8 +84,9 @@ class ProcessBackend:
         devices = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
         cmd = probe_command(ready.python, scenario, out)
         note = None
-        if self.fork and scenario.world_size == 1:
-            done = run_in_process_helper(self.helpers, ready.python, base, cmd, log, timeout=timeout, overrides=devices, owner=out)
+        if self.fork:
+            argv = probe_argv(scenario, out)
+            done = run_in_process_helper(self.helpers, ready.python, base, argv, log, ranks=scenario.world_size, timeout=timeout, overrides=devices, owner=out)
             if isinstance(done, Completed) or self.helpers.stopped:  # stopping (Ctrl-C): start nothing new
                 return done if isinstance(done, Completed) else Completed(-signal.SIGKILL, False, 0.0)
             note = done
@@ -93,7 +95,8 @@ class ProcessBackend:
         if note is not None:  # the record's log says why this cell was not forked
             with log.open("a") as fh:
                 fh.write("\n" + LOG_NOTE.format(reason=note) + "\n")
-        launch = "torchrun" if scenario.world_size > 1 else f"process (fork helper not used: {note})" if note else "process"
+        launch = "torchrun" if scenario.world_size > 1 else "process"
+        launch += f" (fork helper not used: {note})" if note else ""
         return replace(done, launch=launch)
 
     def stop_all(self) -> None:

@@ -30,8 +30,8 @@ from probes import source_files as probe_files
 from .. import catalog, flashsource
 from ..cells import Environment
 from ..errors import BackendError
-from ..execute import Completed, probe_command, process_alive
-from ..forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, helper_from_hello, run_forked
+from ..execute import Completed, probe_argv, probe_command, process_alive
+from ..forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, forked_launch, helper_from_hello, run_forked
 from ..pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch_index_url
 from ..plan import Build
 from ..spec import Scenario
@@ -294,8 +294,9 @@ class DockerBackend:
         log.parent.mkdir(parents=True, exist_ok=True)
         cmd = probe_command("python", scenario, Path("/out"), probe=PROBE_IN_IMAGE)
         note = None
-        if self.fork and scenario.world_size == 1:
-            done = self._run_forked(ready, cmd, out, log, timeout=timeout, gpu_ids=gpu_ids, user=user)
+        if self.fork:
+            argv = probe_argv(scenario, Path(RUNS_DIR) / out.name)
+            done = self._run_forked(ready, argv, scenario.world_size, out, log, timeout=timeout, gpu_ids=gpu_ids, user=user)
             if isinstance(done, Completed) or self.helpers.stopped:  # stopping (Ctrl-C): start nothing new
                 return done if isinstance(done, Completed) else Completed(128 + signal.SIGKILL, False, 0.0)
             note = done
@@ -406,9 +407,12 @@ class DockerBackend:
             raise
         return helper_from_hello(folder / "helper.sock", sock, hello, stop=stop, alive=alive, shares_pids=False)
 
-    def _run_forked(self, ready: Prepared, cmd: list[str], out: Path, log: Path, *, timeout: float, gpu_ids: list[int], user: str) -> Completed | str:
-        """One cell forked in its environment's helper container: the same log and exit status as a container
-        of its own (a death by signal N reads 128+N, as from the container's init); or why not."""
+    def _run_forked(
+        self, ready: Prepared, argv: list[str], ranks: int, out: Path, log: Path, *, timeout: float, gpu_ids: list[int], user: str
+    ) -> Completed | str:
+        """One cell (its `ranks` ranks) forked in its environment's helper container: the same log and exit
+        status as a container of its own (a death by signal N reads 128+N, as from the container's init);
+        or why not."""
         image, runs = str(ready.facts["image"]), out.parent.resolve()
         key = f"{image}|{runs}|{user}|{bool(gpu_ids)}"
         helper = self.helpers.helper(key, lambda: self._start_helper(image, runs, user, gpu_ids))
@@ -416,10 +420,9 @@ class DockerBackend:
             return helper
         inner = out / CELL_LOG
         inner.unlink(missing_ok=True)
-        argv = ["--out", f"{RUNS_DIR}/{out.name}", *cmd[4:]]  # cmd: python PROBE --out /out ...
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
-        cmdline = ["python", str(PROBE_IN_IMAGE), *argv]
-        request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmdline, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env}
+        cmd = ["python", str(PROBE_IN_IMAGE), *argv]
+        request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmd, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env, "ranks": ranks}
         try:
             ended = run_forked(helper, request, timeout=timeout, kills=((signal.SIGKILL, HARD_S),))
         except HelperFailed as exc:
@@ -443,7 +446,7 @@ class DockerBackend:
             code = 128 + os.WTERMSIG(ended.status)
         else:
             code = os.waitstatus_to_exitcode(ended.status)
-        return Completed(code, ended.timed_out, ended.seconds, launch="forked in the environment's container")
+        return Completed(code, ended.timed_out, ended.seconds, launch=forked_launch(ranks, " in the environment's container"))
 
     def stop_all(self) -> None:
         self.helpers.stop_all()

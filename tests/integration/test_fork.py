@@ -80,17 +80,18 @@ def runner_records(reports: Path) -> list[Any]:
     return [read_record(p) for p in sorted((reports / "results").glob("*.json"))]
 
 
-def probe_pid(reports: Path, scenario: str, *, training: bool) -> int:
-    """The pid of a cell's probe once it started (and, with `training`, once it finished a step)."""
+def probe_pid(reports: Path, scenario: str, *, training: bool, rank: int = 0) -> int:
+    """The pid of a cell's probe (its rank `rank`) once it started (and, with `training`, once it finished a step)."""
+    name = "result.json" if rank == 0 else f"result.rank{rank}.json"
 
     def ready() -> bool:
         folder = next(reports.glob(f"runs/*__{scenario}"), None)
-        if folder is None or not (folder / "result.json").exists():
+        if folder is None or not (folder / name).exists():
             return False
         return not training or bool((folder / "metrics.jsonl").exists() and (folder / "metrics.jsonl").read_text().strip())
 
     wait_for(ready)
-    return int(json.loads(next(reports.glob(f"runs/*__{scenario}/result.json")).read_text())["pid"])
+    return int(json.loads(next(reports.glob(f"runs/*__{scenario}/{name}")).read_text())["pid"])
 
 
 @pytest.fixture
@@ -116,21 +117,26 @@ def test_faults_leave_their_own_records_and_the_helper_keeps_serving(tmp_path: P
     scenarios = {
         "sigfpe": {"fault": "sigfpe", "expect": "sigfpe"},
         "killed": {"steps": 10000},
+        "rank-killed": {"steps": 10000, "world_size": 2},
         "hang": {"steps": 10000},
         "after": {"steps": 2},
     }
 
     def kill_the_child(reports: Path, backend: HostBackend) -> None:
         os.kill(probe_pid(reports, "killed", training=True), signal.SIGKILL)
+        os.kill(probe_pid(reports, "rank-killed", training=True, rank=1), signal.SIGKILL)  # one rank of a DDP cell
 
     recs = run_matrix(tmp_path, scenarios, kill_the_child)
     assert recs["sigfpe"]["outcome"]["class"] == "sigfpe" and recs["sigfpe"]["exit_code"] == -8 and recs["sigfpe"]["control"] == "reproduced"
     assert recs["killed"]["outcome"]["class"] == "crash" and recs["killed"]["signal"] == "SIGKILL" and not recs["killed"]["timed_out"]
+    rank_killed = recs["rank-killed"]  # torchrun's way: the other rank stopped, exit 1, the signal in the summary
+    assert rank_killed["outcome"]["class"] == "crash" and rank_killed["exit_code"] == 1 and not rank_killed["timed_out"]
+    assert "Signal 9 (SIGKILL) received by PID" in rank_killed["log"]["tail"] and rank_killed["launch"] == "2 ranks forked"
     assert recs["hang"]["outcome"]["class"] == "timeout" and recs["hang"]["timed_out"]
     assert f"killed after the {TIMEOUT:g} s timeout" in recs["hang"]["log"]["tail"]
     assert recs["after"]["outcome"]["class"] == "ok"
     assert all(forked(r) for r in recs.values()), {k: r["result"]["timings"] for k, r in recs.items()}
-    assert len(starts) == 1  # one helper served all four
+    assert len(starts) == 1  # one helper served all five
     assert not starts[0].alive()  # and it ended with the run
 
 
@@ -171,19 +177,67 @@ def envmatrix_run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_records_agree_with_and_without_the_helper(tmp_path: Path) -> None:
     """A subset of the cpu profile's scenarios (bench/bench_fork.py compares all of them)."""
     spec = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    names = ["fp32-sdpa", "ctl-zero-grad", "ctl-nan", "ctl-grad-lost", "ctl-garbled", "ctl-sigfpe"]
-    path = write_matrix(tmp_path, {n: spec["scenarios"][n] for n in names})
+    names = ["fp32-sdpa", "ctl-zero-grad", "ctl-nan", "ctl-grad-lost", "ctl-garbled", "ctl-sigfpe", "ddp2", "ctl-ddp-ready-twice"]
+    scenarios = {n: spec["scenarios"][n] for n in names}
+    # The last rank dies of SIGFPE; the other is stopped by its launcher, before or after gloo raises on the
+    # closed connection (a race under torchrun too): its class and exit status must agree, not its log.
+    scenarios["ddp-sigfpe"] = {"world_size": 2, "fault": "sigfpe", "expect": "sigfpe"}
+    path = write_matrix(tmp_path, scenarios)
     runs = {}
     for mode in ("fork", "nofork"):
         got = envmatrix_run("--file", str(path), "--backend", "host", "--reports", str(tmp_path / mode), *(["--no-fork"] if mode == "nofork" else []))
         assert got.returncode == 0, got.stdout + got.stderr
         runs[mode] = {p.name: json.loads(p.read_text()) for p in (tmp_path / mode / "results").glob("*.json")}
-    assert set(runs["fork"]) == set(runs["nofork"]) and len(runs["fork"]) == len(names)
+    assert set(runs["fork"]) == set(runs["nofork"]) and len(runs["fork"]) == len(scenarios)
     for name, rec in runs["fork"].items():
         other = runs["nofork"][name]
+        if name.endswith("ddp-sigfpe.json"):
+            assert (rec["outcome"]["class"], rec["exit_code"], rec["control"]) == (other["outcome"]["class"], other["exit_code"], other["control"])
+            continue
         assert forked(rec) and not forked(other)
-        assert rec["launch"] == "forked" and other["launch"] == "process"  # the record says how the probe was started
+        ddp = rec["cell"]["scenario_settings"]["world_size"] > 1  # the record says how the probe was started:
+        assert (rec["launch"], other["launch"]) == (("2 ranks forked", "torchrun") if ddp else ("forked", "process"))
         assert differences(comparable(rec, tmp_path / "fork"), comparable(other, tmp_path / "nofork")) == [], name
+    outcomes = {rec["cell"]["scenario"]: rec["outcome"]["class"] for rec in runs["fork"].values()}
+    assert (outcomes["ddp2"], outcomes["ctl-ddp-ready-twice"], outcomes["ddp-sigfpe"]) == ("ok", "ddp_ready_twice", "sigfpe")
+
+
+#: What torchrun's agent gives its workers that a forked rank has no use for: where a worker writes its
+#: error for the agent, and which signals the agent forwards.
+AGENT_ONLY = {"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
+#: Values that differ by design: the rendezvous address, port and run id, and who hosts the store.
+PER_RUN = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE"}
+
+
+def test_forked_ranks_see_what_torchrun_workers_see(tmp_path: Path) -> None:
+    """The same script under real torchrun and under the helper's launcher: the same variables (less the
+    agent's own), the same values but the rendezvous', one CPU thread each, and stdout unbuffered."""
+    script = tmp_path / "dump.py"
+    script.write_text(
+        "import json, os, sys, torch\n"
+        "env = dict(os.environ); env['threads'] = str(torch.get_num_threads())\n"
+        "env['unbuffered'] = str(sys.stdout.write_through)\n"
+        "json.dump(env, open(os.path.join(sys.argv[1], os.environ['RANK'] + '.json'), 'w'))\n"
+    )
+    base = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    seen = {}
+    for mode in ("torchrun", "forked"):
+        out = tmp_path / mode
+        out.mkdir()
+        if mode == "torchrun":
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), str(out)]
+        else:
+            run = f"import runpy, sys; sys.path.insert(0, {str(ROOT)!r}); from probes import ranks; sys.argv = [{str(script)!r}, {str(out)!r}]"
+            run += f"; sys.exit(ranks.launch(2, lambda: runpy.run_path({str(script)!r}, run_name='__main__') and 0, lambda: None))"
+            cmd = [sys.executable, "-c", run]
+        got = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=base)
+        assert got.returncode == 0, got.stdout + got.stderr
+        seen[mode] = [json.loads((out / f"{rank}.json").read_text()) for rank in range(2)]
+    for rank in range(2):
+        torchrun, mine = ({k: v for k, v in seen[m][rank].items() if base.get(k) != v} for m in ("torchrun", "forked"))
+        assert set(torchrun) - AGENT_ONLY == set(mine), rank
+        assert {k: v for k, v in torchrun.items() if k not in AGENT_ONLY | PER_RUN} == {k: v for k, v in mine.items() if k not in PER_RUN}
+        assert mine["threads"] == "1" and mine["unbuffered"] == "True"
 
 
 def test_docker_cells_are_forked_in_a_helper_container(tmp_path: Path) -> None:
@@ -196,13 +250,15 @@ def test_docker_cells_are_forked_in_a_helper_container(tmp_path: Path) -> None:
         client.images.get(CPU_BASE)
     except Exception:
         pytest.skip(f"needs a Docker engine and the {CPU_BASE} image (.ci/run makes both)")
-    path = write_matrix(tmp_path, {"sigfpe": {"fault": "sigfpe", "expect": "sigfpe"}, "hang": {"steps": 10000}, "after": {"steps": 2}})
+    scenarios = {"sigfpe": {"fault": "sigfpe", "expect": "sigfpe"}, "hang": {"steps": 10000}, "after": {"steps": 2}, "ddp": {"world_size": 2, "steps": 2}}
+    path = write_matrix(tmp_path, scenarios)
     got = envmatrix_run("--file", str(path), "--backend", "docker", "--timeout", f"{TIMEOUT:g}", "--reports", str(tmp_path / "r"))
     assert got.returncode == 0, got.stdout + got.stderr
     recs = {r["cell"]["scenario"]: r for r in (json.loads(p.read_text()) for p in (tmp_path / "r" / "results").glob("*.json"))}
     assert recs["sigfpe"]["outcome"]["class"] == "sigfpe" and recs["sigfpe"]["exit_code"] == 128 + signal.SIGFPE
     assert recs["hang"]["outcome"]["class"] == "timeout" and recs["hang"]["timed_out"] and recs["hang"]["exit_code"] == 128 + signal.SIGKILL
     assert recs["after"]["outcome"]["class"] == "ok"
+    assert recs["ddp"]["outcome"]["class"] == "ok" and recs["ddp"]["launch"] == "2 ranks forked in the environment's container"
     assert all(forked(r) for r in recs.values())
     assert all(Path(r["log"]["path"]).read_text().startswith("$ docker run envmatrix-probe:") for r in recs.values())  # the whole log
     assert client.containers.list(all=True, filters={"label": "envmatrix=cell"}) == []

@@ -75,6 +75,8 @@ def test_trl_cells_train_classify_and_lock(tmp_path: Path) -> None:
     assert code == 0, out
     recs = {r["cell"]["scenario"]: r for r in (json.loads(p.read_text()) for p in (reports / "results").glob("*.json")) if r["status"] == "done"}
     assert set(recs) == set(SCENARIOS), out
+    # forked by a helper that imported trl's trainer too (with datasets: pyarrow's jemalloc thread is fork-safe)
+    assert {r["launch"] for r in recs.values()} == {"forked"}, {k: r["launch"] for k, r in recs.items()}
 
     healthy = recs["trl-grpo"]
     assert healthy["cell"]["packages"] == {"trl": TRL} and f"-trl{TRL}-" in healthy["cell"]["env"]

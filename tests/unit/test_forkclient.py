@@ -39,6 +39,35 @@ def test_forking_is_safe_in_a_plain_process_and_unsafe_with_a_thread() -> None:
     assert "native thread" in (fork_unsafe_reason(native_threads() - 1) or "")
 
 
+def test_threads_whose_library_survives_fork_are_not_counted() -> None:
+    """jemalloc's background thread (pyarrow's, imported with datasets and trl) does not make forking unsafe."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = native_threads()
+    stop, named = threading.Event(), threading.Event()
+
+    def run(name: bytes) -> None:
+        libc.prctl(15, name)  # PR_SET_NAME: what /proc/self/task/<tid>/comm shows
+        named.set()
+        stop.wait()
+
+    for name, counted in ((b"jemalloc_bg_thd", 0), (b"other_pool", 1)):
+        stop.clear()
+        named.clear()
+        worker = threading.Thread(target=run, args=(name,))
+        worker.start()
+        named.wait()
+        try:
+            assert native_threads() == before + counted, name
+        finally:
+            stop.set()
+            worker.join()
+        deadline = time.monotonic() + 10
+        while native_threads() > before and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Helper]:
     """A real forkserver loop (imports skipped) in a subprocess: children run the probe's main()."""
