@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,12 @@ def write_host_matrix(tmp: Path, scenarios: dict[str, dict[str, Any]], transform
     path = tmp / "matrix.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def ctrl_c_able() -> None:
+    """preexec_fn for a child a test will interrupt: SIGINT back to its default. A shell's background job
+    (CI started with `&`, nohup) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 120) -> None:

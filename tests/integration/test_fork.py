@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import wait_for
+from conftest import ctrl_c_able, wait_for
 from rich.console import Console
 
 import envmatrix.forkclient as forkclient
@@ -278,7 +278,8 @@ def test_helper_and_cell_die_with_the_runner(tmp_path: Path, sig: int) -> None:
     path = write_matrix(tmp_path, {"long": {"steps": 10000}})
     reports = tmp_path / "r"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "envmatrix", "run", "--file", str(path), "--backend", "host", "--reports", str(reports)], cwd=ROOT, env=env)
+    cmd = [sys.executable, "-m", "envmatrix", "run", "--file", str(path), "--backend", "host", "--reports", str(reports)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, preexec_fn=ctrl_c_able)
     child = probe_pid(reports, "long", training=True)
     helper = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
     assert "forkserver.py" in Path(f"/proc/{helper}/cmdline").read_text()
