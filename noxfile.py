@@ -9,7 +9,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
-from envmatrix.pipconfig import cpu_torch_install_args
+from envmatrix.host.pipconfig import cpu_torch_install_args
 
 nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "uv|virtualenv"

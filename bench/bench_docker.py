@@ -20,9 +20,9 @@ from pathlib import Path
 
 from envmatrix.backends.docker import DockerBackend
 from envmatrix.backends.venv import VenvBackend
-from envmatrix.cells import expand
-from envmatrix.plan import builds
-from envmatrix.spec import load
+from envmatrix.plan.builds import builds
+from envmatrix.plan.cells import expand
+from envmatrix.spec.matrix import load
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -95,9 +95,9 @@ def prepare(args: argparse.Namespace, tmp: Path) -> float:
     """Make every environment of the selection (venvs or images), so the timed runs only run cells."""
     from envmatrix.backends.docker import DockerBackend
     from envmatrix.backends.venv import VenvBackend
-    from envmatrix.cells import expand
-    from envmatrix.plan import builds
-    from envmatrix.spec import load as load_spec
+    from envmatrix.plan.builds import builds
+    from envmatrix.plan.cells import expand
+    from envmatrix.spec.matrix import load as load_spec
 
     start = time.perf_counter()
     backend = VenvBackend(args.venvs) if args.backend == "venv" else DockerBackend()

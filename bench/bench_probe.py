@@ -16,10 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from envmatrix.execute import probe_command, run_logged
 from envmatrix.jsonio import read_json
-from envmatrix.runfacts import read_metrics
-from envmatrix.spec import load
+from envmatrix.run.execute import probe_command, run_logged
+from envmatrix.spec.matrix import load
+from envmatrix.verdict.runfacts import read_metrics
 
 #: one scenario per built-in family, plus the kernel stage and DDP
 DEFAULT = ["fp32-sdpa", "llama-sdpa", "gemma2-eager", "vlm-sdpa", "gen-config-kwargs", "kernels-7b", "ddp2"]

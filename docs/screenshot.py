@@ -12,7 +12,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from envmatrix.report import write_report
+from envmatrix.outputs.report import write_report
 
 
 def main(results: str, png: str) -> None:

@@ -87,7 +87,7 @@ def wait_for(predicate: Callable[[], object], timeout: float = 120) -> None:
 def problems(path: Path) -> str:
     """The messages of the SpecError that loading `path` must raise (exit status 2)."""
     from envmatrix.errors import SpecError
-    from envmatrix.spec import load
+    from envmatrix.spec.matrix import load
 
     with pytest.raises(SpecError) as info:
         load(path)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from envmatrix.classify import decided
-from envmatrix.records import BuildFacts, CellInfo, LogRef, Record, RunnerInfo, Timings
+from envmatrix.records.record import BuildFacts, CellInfo, LogRef, Record, RunnerInfo, Timings
+from envmatrix.verdict.classify import decided
 
 
 def make_record(

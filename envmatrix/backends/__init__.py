@@ -14,10 +14,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-from ..execute import Completed, kill_all, probe_argv, probe_command, run_logged
-from ..forkclient import LOG_NOTE, HelperPool, run_in_process_helper
-from ..plan import Build
-from ..spec import Scenario
+from ..plan.builds import Build
+from ..run.execute import Completed, kill_all, probe_argv, probe_command, run_logged
+from ..run.forkclient import LOG_NOTE, HelperPool, run_in_process_helper
+from ..spec.matrix import Scenario
 
 
 @dataclass(frozen=True)

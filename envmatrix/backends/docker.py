@@ -27,14 +27,14 @@ import certifi
 
 from probes import source_files as probe_files
 
-from .. import catalog, flashsource
-from ..cells import Environment
 from ..errors import BackendError
-from ..execute import Completed, probe_argv, probe_command, process_alive
-from ..forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, forked_launch, helper_from_hello, run_forked
-from ..pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch_index_url
-from ..plan import Build
-from ..spec import Scenario
+from ..facts import catalog, flashsource
+from ..host.pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch_index_url
+from ..plan.builds import Build
+from ..plan.cells import Environment
+from ..run.execute import Completed, probe_argv, probe_command, process_alive
+from ..run.forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, forked_launch, helper_from_hello, run_forked
+from ..spec.matrix import Scenario
 from . import BuildFailed, Prepared
 from .venv import package_requirements
 

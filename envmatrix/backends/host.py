@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..plan import Build
+from ..plan.builds import Build
 from . import Prepared, ProcessBackend
 
 

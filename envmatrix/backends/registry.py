@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BackendError, InputError
-from ..spec import Profile
+from ..spec.matrix import Profile
 from . import Backend, BuildFailed
 
 NAMES = ("auto", "venv", "host", "docker")

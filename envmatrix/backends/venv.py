@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 from typing import IO
 
-from .. import elfarch, flashsource
-from ..cells import Environment
-from ..hostinfo import detect_gpus
+from ..facts import elfarch, flashsource
+from ..host.gpus import detect_gpus
+from ..host.pipconfig import PipSettings, cpu_torch_install_args, read_pip_settings, torch_index_url
 from ..jsonio import read_json
-from ..locking import exclusive
-from ..pipconfig import PipSettings, cpu_torch_install_args, read_pip_settings, torch_index_url
-from ..plan import Build
+from ..plan.builds import Build
+from ..plan.cells import Environment
+from ..run.locking import exclusive
 from . import BuildFailed, Prepared, ProcessBackend
 
 PEFT = "peft==0.21.2"

@@ -11,10 +11,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cells import Cell
 from ..errors import EnvmatrixError, InputError
-from ..shard import shard
-from ..spec import GpuTarget, Scheduler, Spec, check_pattern
+from ..plan.cells import Cell
+from ..plan.shard import shard
+from ..spec.matrix import GpuTarget, Scheduler, Spec, check_pattern
 
 
 class SubmitError(EnvmatrixError):

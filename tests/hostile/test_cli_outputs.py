@@ -21,8 +21,8 @@ from records_factory import make_record
 
 from envmatrix import jsonio
 from envmatrix.errors import OutputError
-from envmatrix.records import write_record
-from envmatrix.report import write_report
+from envmatrix.outputs.report import write_report
+from envmatrix.records.record import write_record
 
 MATRIX = str(ROOT / "matrix.yaml")
 
@@ -161,7 +161,7 @@ def test_run_exit_status_when_every_build_failed(tmp_path: Path, monkeypatch: py
     """README: 3 when no environment could be prepared. Decided from the records the runner returns
     (the runner itself is faked here: what is tested is the command's mapping to an exit status)."""
     from envmatrix import cli
-    from envmatrix.runner import RunReport
+    from envmatrix.run.runner import RunReport
 
     records = []
     for i, status in enumerate(statuses):

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envmatrix.classify import RunFacts, classify
-from envmatrix.logscan import CHUNK, scan_stream
-from envmatrix.outcomes import OUTCOME_NAMES
+from envmatrix.records.outcomes import OUTCOME_NAMES
+from envmatrix.verdict.classify import RunFacts, classify
+from envmatrix.verdict.logscan import CHUNK, scan_stream
 
 BOUND_S = 10
 

@@ -18,9 +18,9 @@ import pytest
 from records_factory import make_record
 
 from envmatrix.errors import InputError
-from envmatrix.lock import lock_folder, requirements_lock, write_lock
-from envmatrix.records import BuildFacts, load_records, write_record
-from envmatrix.report import write_report
+from envmatrix.outputs.lock import lock_folder, requirements_lock, write_lock
+from envmatrix.outputs.report import write_report
+from envmatrix.records.record import BuildFacts, load_records, write_record
 
 
 def test_lock_folder_stays_inside_out(tmp_path: Path) -> None:
@@ -70,7 +70,7 @@ def test_lock_lines_cannot_be_injected() -> None:
     assert text.count("\n") == 4
     records_env = make_record("ok").to_json()
     records_env["cell"]["env"] = "env\n--index-url http://evil"
-    from envmatrix.records import Record, RecordError
+    from envmatrix.records.record import Record, RecordError
 
     with pytest.raises(RecordError):
         Record.from_json(records_env)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envmatrix.errors import EnvmatrixError
-from envmatrix.spec import load
+from envmatrix.spec.matrix import load
 
 
 def alias_bomb(levels: int, items: int) -> str:
@@ -142,7 +142,7 @@ GENERATED_DRIVER = """
 import json, sys
 from pathlib import Path
 from envmatrix.errors import EnvmatrixError
-from envmatrix.spec import load
+from envmatrix.spec.matrix import load
 out = {}
 for path in sorted(Path(sys.argv[1]).glob("*.yaml")):
     try:

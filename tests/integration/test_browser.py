@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import pytest
 from records_factory import make_record
 
-from envmatrix.records import Record, cell_stem, write_record
-from envmatrix.report import write_report
+from envmatrix.outputs.report import write_report
+from envmatrix.records.record import Record, cell_stem, write_record
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page

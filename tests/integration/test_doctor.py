@@ -12,9 +12,9 @@ import pytest
 from conftest import installed, write_host_matrix
 from records_factory import make_record
 
-from envmatrix.cells import Environment
-from envmatrix.doctor import nearest_vetted
-from envmatrix.records import BuildFacts, cell_stem, write_record
+from envmatrix.answers.doctor import nearest_vetted
+from envmatrix.plan.cells import Environment
+from envmatrix.records.record import BuildFacts, cell_stem, write_record
 
 pytestmark = [
     pytest.mark.integration,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from envmatrix.classify import classify
-from envmatrix.execute import probe_command, run_logged
-from envmatrix.runfacts import gather
-from envmatrix.spec import Scenario
+from envmatrix.run.execute import probe_command, run_logged
+from envmatrix.spec.matrix import Scenario
+from envmatrix.verdict.classify import classify
+from envmatrix.verdict.runfacts import gather
 
 pytestmark = [
     pytest.mark.integration,

@@ -23,14 +23,14 @@ import yaml
 from conftest import ctrl_c_able, wait_for
 from rich.console import Console
 
-import envmatrix.forkclient as forkclient
+import envmatrix.run.forkclient as forkclient
 from bench.bench_fork import comparable, differences
 from envmatrix.backends import Prepared
 from envmatrix.backends.host import HostBackend
-from envmatrix.cells import expand
-from envmatrix.forkclient import Helper
-from envmatrix.runner import Paths, Runner
-from envmatrix.spec import load
+from envmatrix.plan.cells import expand
+from envmatrix.run.forkclient import Helper
+from envmatrix.run.runner import Paths, Runner
+from envmatrix.spec.matrix import load
 
 pytestmark = [
     pytest.mark.integration,
@@ -75,7 +75,7 @@ def run_matrix(tmp: Path, scenarios: dict[str, dict[str, Any]], during: Callable
 
 
 def runner_records(reports: Path) -> list[Any]:
-    from envmatrix.records import read_record
+    from envmatrix.records.record import read_record
 
     return [read_record(p) for p in sorted((reports / "results").glob("*.json"))]
 

@@ -10,7 +10,7 @@ import pytest
 from records_factory import make_record
 
 from envmatrix.errors import InputError
-from envmatrix.lock import write_lock
+from envmatrix.outputs.lock import write_lock
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from envmatrix.classify import classify
-from envmatrix.execute import probe_command, run_logged
-from envmatrix.runfacts import gather
-from envmatrix.spec import load
+from envmatrix.run.execute import probe_command, run_logged
+from envmatrix.spec.matrix import load
+from envmatrix.verdict.classify import classify
+from envmatrix.verdict.runfacts import gather
 
 pytestmark = [
     pytest.mark.integration,

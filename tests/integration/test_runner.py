@@ -181,7 +181,7 @@ def test_two_runs_of_one_cell_leave_one_valid_record(tmp_path: Path) -> None:
     (ca, oa), (cb, ob) = finish(a), finish(b)
     assert ca == 0 and cb == 0, oa + ob
     assert sorted([oa.count("1 cells run, 0 cached"), ob.count("0 cells run, 1 cached")]) in ([0, 1], [1, 1])
-    from envmatrix.records import read_record
+    from envmatrix.records.record import read_record
 
     (file,) = (reports / "results").glob("*.json")
     rec = read_record(file)

@@ -1,0 +1,1 @@
+"""Follow-up questions answered by real runs: bisect, doctor."""

@@ -1,0 +1,189 @@
+"""Constraints of the extra package axes (trl, peft, accelerate, ...), as data read from released wheels.
+
+Each release's `Requires-Dist` and `Requires-Python` come from the METADATA of its wheel on the index
+(`pip download --no-deps`), never typed by hand: `python -m envmatrix.pkgconstraints trl==1.16.0 ...`
+refreshes `pkgconstraints.json` beside this module and stamps it with the date. A cell whose pins
+contradict that metadata (TRL 1.16.0 with transformers 4.51.3) is skipped with the requirement that
+rules it out; a release the data does not know is not guessed at: the real install decides.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.parser
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+if TYPE_CHECKING:
+    from ..plan.cells import Environment
+    from ..spec.matrix import Scenario
+
+DATA = Path(__file__).with_name("pkgconstraints.json")
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one release of a package declares it needs, and the wheel that said so."""
+
+    package: str
+    version: str
+    requires: tuple[str, ...]
+    requires_python: str | None
+    wheel: str
+    sha256: str
+
+
+@cache
+def releases(path: Path = DATA) -> dict[tuple[str, str], Release]:
+    """The known releases by (normalised name, version)."""
+    data = json.loads(path.read_text())
+    out: dict[tuple[str, str], Release] = {}
+    for name, versions in data["packages"].items():
+        for version, facts in versions.items():
+            out[(name, version)] = Release(name, version, tuple(facts["requires_dist"]), facts.get("requires_python"), facts["wheel"], facts["sha256"])
+    return out
+
+
+def _installed(env: Environment) -> dict[str, str]:
+    """Distribution name → version for everything the environment pins (`none`: not installed)."""
+    return {"torch": env.torch, "transformers": env.transformers, "flash-attn": env.flash_attn, **dict(env.packages)}
+
+
+def environment_reasons(env: Environment, known: dict[tuple[str, str], Release] | None = None) -> list[str]:
+    """Why the extra packages' own metadata rules this environment out; empty when it does not."""
+    known = releases() if known is None else known
+    pins = _installed(env)
+    reasons: list[str] = []
+    for name, version in env.packages:
+        release = known.get((name, version))
+        if release is None:
+            continue
+        where = f"(from {release.wheel}'s metadata)"
+        if release.requires_python and not SpecifierSet(release.requires_python).contains(env.python + ".0"):
+            reasons.append(f"{name} {version} requires Python {release.requires_python} {where}; this environment has Python {env.python}")
+        for line in release.requires:
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate({"python_version": env.python, "python_full_version": env.python + ".0", "extra": ""}):
+                continue
+            have = pins.get(canonicalize_name(req.name))
+            if have is None:
+                continue  # not an axis: the installer picks a release that fits
+            if have == "none":
+                reasons.append(f"{name} {version} requires {req} {where}; this environment has {req.name}: none")
+            elif not req.specifier.contains(have, prereleases=True):
+                reasons.append(f"{name} {version} requires {req} {where}; this environment has {req.name} {have}")
+    return reasons
+
+
+def scenario_reasons(env: Environment, scenario: Scenario) -> list[str]:
+    """Why a scenario's trainer cannot run in an environment (its packages are not installed)."""
+    reasons: list[str] = []
+    if scenario.trainer == "trl" and env.package("trl") == "none":
+        reasons.append("trainer: trl needs the trl package, and this environment has none; add trl to the profile's packages")
+    if scenario.use_vllm:
+        if env.gpu == "cpu":
+            reasons.append("use_vllm: vLLM generation needs a CUDA GPU; the cpu runner has none")
+        if env.package("vllm") == "none":
+            reasons.append("use_vllm: this environment has no vllm package; add vllm to the profile's packages")
+    return reasons
+
+
+def cell_reasons(env: Environment, scenario: Scenario) -> list[str]:
+    """The cells hook: package metadata constraints, then the scenario's trainer needs."""
+    return environment_reasons(env) + scenario_reasons(env, scenario)
+
+
+# ---- refreshing the data from the index --------------------------------------------------------
+
+
+def wheel_metadata(wheel: Path) -> tuple[list[str], str | None]:
+    """`Requires-Dist` lines (extras' lines left out: no cell asks for an extra) and `Requires-Python`."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+        msg = email.parser.Parser().parsestr(zf.read(name).decode("utf-8"))
+    requires = []
+    for line in msg.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and "extra" in str(req.marker):
+            continue
+        requires.append(str(req))
+    python = msg.get("Requires-Python")
+    try:
+        return requires, str(SpecifierSet(python)) if python else None
+    except InvalidSpecifier:
+        return requires, None
+
+
+def fetch(pins: list[str], folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """Download each `name==version` wheel (no dependencies, pip's own index settings) and read it."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for pin in pins:
+        req = Requirement(pin)
+        name, version = canonicalize_name(req.name), str(req.specifier).removeprefix("==")
+        dest = folder / f"{name}-{version}"
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet", "--disable-pip-version-check", "-d", str(dest), pin]
+        subprocess.run(cmd, check=True, timeout=600)
+        wheel = next(dest.glob("*.whl"))
+        requires, python = wheel_metadata(wheel)
+        sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        out.setdefault(name, {})[version] = {"wheel": wheel.name, "sha256": sha, "requires_dist": requires, "requires_python": python}
+    return out
+
+
+def refresh(pins: list[str], path: Path = DATA) -> dict[str, Any]:
+    """Re-read the given releases (and every release already in the file) from their wheels; write the file."""
+    old = json.loads(path.read_text()) if path.exists() else {"packages": {}}
+    known = [f"{name}=={version}" for name, versions in old["packages"].items() for version in versions]
+    with tempfile.TemporaryDirectory() as tmp:
+        packages = fetch(sorted(set(known) | set(pins)), Path(tmp))
+    data = {
+        "refreshed": datetime.date.today().isoformat(),
+        "source": "Requires-Dist and Requires-Python of each release's wheel (pip download --no-deps), read by envmatrix.pkgconstraints",
+        "packages": {name: dict(sorted(v.items(), key=lambda kv: _version_key(kv[0]))) for name, v in sorted(packages.items())},
+    }
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    releases.cache_clear()
+    return data
+
+
+def _version_key(version: str) -> Any:
+    from packaging.version import Version
+
+    return Version(version)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m envmatrix.pkgconstraints trl==1.16.0 peft==0.15.2 ...`: add or re-read releases."""
+    bad = [a for a in argv if not _PIN.fullmatch(a)]
+    if bad:
+        print(f"not name==version pins: {' '.join(bad)}; write e.g. trl==1.16.0", file=sys.stderr)
+        return 2
+    try:
+        data = refresh(argv)
+    except (subprocess.SubprocessError, StopIteration, OSError) as exc:
+        print(f"could not download or read a wheel ({exc}); check the pin and pip's index settings", file=sys.stderr)
+        return 1
+    print(f"{DATA}: {sum(len(v) for v in data['packages'].values())} releases, refreshed {data['refreshed']}")
+    return 0
+
+
+_PIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?==[0-9][A-Za-z0-9.+!-]*")
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

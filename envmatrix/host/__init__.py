@@ -1,0 +1,1 @@
+"""What this machine offers: its GPUs and drivers, its pip settings."""

@@ -1,0 +1,1 @@
+"""What records become: findings, vetting, HTML and terminal reports, CSV/JSON, locks."""

@@ -1,0 +1,175 @@
+"""A vetted environment → a lockfile of what actually ran: hashed requirements, PEP 751 pylock.toml,
+the index settings used (and, for docker environments, the image).
+
+Versions come from the freeze taken inside the environment, never from a fresh resolution; pip only
+looks up the URL and sha256 of each exact pinned file (`pip install --dry-run --report`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import InputError
+from ..host.pipconfig import TORCH_INDEX, PipSettings, read_pip_settings
+from ..jsonio import write_json_atomic, write_text_atomic
+from ..records.record import BuildFacts, Record
+from .vetting import Vetted, best, vetted_environments
+
+PYPI = "https://pypi.org/simple"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,63}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def select_environment(records: list[Record], env_id: str | None, best_gpu: str | None) -> Vetted:
+    """The vetted environment named, or the newest vetted one for a GPU type; a clear error otherwise."""
+    vetted = vetted_environments(records)
+    if best_gpu:
+        choice = best(vetted, best_gpu)
+        if choice is None:
+            raise InputError(f"--best {best_gpu}: no vetted environment for {best_gpu} in the records; run the matrix there first (nox -s matrix)")
+        return choice
+    for v in vetted:
+        if v.env == env_id:
+            return v
+    known = {r.env for r in records}
+    if env_id not in known:
+        raise InputError(f"{env_id}: no records for this environment; environments with records: {', '.join(sorted(known)) or 'none'}")
+    raise InputError(f"{env_id} is not vetted (a healthy scenario failed or a control did not reproduce); vetted: {', '.join(v.env for v in vetted) or 'none'}")
+
+
+def _freeze_and_build(records: list[Record], env_id: str) -> tuple[list[str], BuildFacts]:
+    for rec in records:
+        if rec.env == env_id and rec.status == "done" and rec.build is not None and rec.build.pins():
+            return rec.build.pins(), rec.build
+    raise InputError(f"{env_id}: its records hold no freeze of the environment (the host backend does not take one); run it with the venv or docker backend")
+
+
+def index_differences(build: BuildFacts, mine: PipSettings) -> list[str]:
+    """Where the record's package sources differ from this user's own pip settings."""
+    diffs = []
+    if build.index_url and build.index_url != (mine.index_url or PYPI):
+        diffs.append(f"index-url {build.index_url} (yours: {mine.index_url or PYPI})")
+    diffs += [f"extra-index-url {u}" for u in build.extra_index_urls if u not in mine.extra_index_urls and not u.startswith(TORCH_INDEX)]
+    diffs += [f"find-links {f}" for f in build.find_links if f not in mine.find_links]
+    return diffs
+
+
+def pip_report(pins: list[str], build: BuildFacts) -> list[dict[str, str]]:
+    """URL and sha256 of each pinned distribution, from the same indexes the environment used.
+    Wheels only: pip never builds (runs) an sdist to answer."""
+    if importlib.util.find_spec("pip") is None:
+        raise InputError(f"looking up the pinned files' hashes needs pip in {sys.executable}; install it (python -m ensurepip, or uv pip install pip)")
+    args = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--quiet",
+        "--disable-pip-version-check",
+    ]
+    if build.index_url:
+        args += ["--index-url", build.index_url]
+    for url in build.extra_index_urls:
+        args += ["--extra-index-url", url]
+    for link in build.find_links:
+        args += ["--find-links", link]
+    with tempfile.TemporaryDirectory() as tmp:
+        reqs = Path(tmp) / "pins.txt"
+        reqs.write_text("\n".join(pins) + "\n")
+        report = Path(tmp) / "report.json"
+        proc = subprocess.run([*args, "--report", str(report), "-r", str(reqs)], capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0:
+            raise InputError(f"pip could not look up the pinned files: {proc.stderr.strip()[-800:]}")
+        data = json.loads(report.read_text())
+    entries = []
+    for item in data["install"]:
+        info = item["download_info"]
+        sha = ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
+        name, version = str(item["metadata"]["name"]), str(item["metadata"]["version"])
+        if not sha or not _SHA256.fullmatch(sha):
+            raise InputError(f"{name}: pip reported no sha256 for {info.get('url')}")
+        if not _NAME.fullmatch(name) or not _VERSION.fullmatch(version) or any(c in str(info["url"]) for c in '\n\r "\\'):
+            raise InputError(f"{name!r} {version!r}: pip reported a name, version or URL that cannot go into a lock file")
+        entries.append({"name": name, "version": version, "url": str(info["url"]), "sha256": sha})
+    return sorted(entries, key=lambda e: e["name"].lower())
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def requirements_lock(entries: list[dict[str, str]], env_id: str) -> str:
+    """`name==version --hash=sha256:…` for every package: `pip install --require-hashes -r` installs it."""
+    lines = [f"# envmatrix lock for {env_id}: the environment that ran, frozen inside it", "# install: pip install --require-hashes -r requirements.lock"]
+    for e in entries:
+        lines.append(f"{e['name']}=={e['version']} \\\n    --hash=sha256:{e['sha256']}")
+    return "\n".join(lines) + "\n"
+
+
+def pylock_toml(entries: list[dict[str, str]], python: str) -> str:
+    """A PEP 751 lock: one [[packages]] table per package, its wheel's URL and hash."""
+    out = ['lock-version = "1.0"', f"requires-python = {_toml_str('==' + python + '.*')}", 'created-by = "envmatrix"', ""]
+    for e in entries:
+        filename = e["url"].rsplit("/", 1)[-1].replace("%2B", "+")
+        kind = "wheels" if filename.endswith(".whl") else "sdist"
+        out += ["[[packages]]", f"name = {_toml_str(e['name'])}", f"version = {_toml_str(e['version'])}"]
+        if kind == "wheels":
+            out += ["", "[[packages.wheels]]"]
+        else:
+            out += ["", "[packages.sdist]"]
+        out += [f"name = {_toml_str(filename)}", f"url = {_toml_str(e['url'])}", f"hashes = {{sha256 = {_toml_str(e['sha256'])}}}", ""]
+    return "\n".join(out)
+
+
+def lock_folder(out_root: Path, env_id: str) -> Path:
+    """OUT/locks/<env>/, refusing an id that would lead anywhere else."""
+    locks = (out_root / "locks").resolve()
+    folder = (locks / env_id).resolve()
+    if not _NAME.fullmatch(env_id) or folder.parent != locks:
+        raise InputError(f"{env_id!r}: not an environment id that can name a folder under {locks}")
+    return folder
+
+
+def write_lock(records: list[Record], out_root: Path, env_id: str | None = None, best_gpu: str | None = None, *, trust_record_indexes: bool = False) -> Path:
+    """Write reports/locks/<env>/ for a vetted environment; return the folder.
+
+    The package sources come from the record, which may come from another host: where they differ
+    from this user's own pip settings, nothing is fetched unless the user trusts them explicitly."""
+    choice = select_environment(records, env_id, best_gpu)
+    folder = lock_folder(out_root, choice.env)
+    pins, build = _freeze_and_build(records, choice.env)
+    diffs = index_differences(build, read_pip_settings())
+    if diffs and not trust_record_indexes:
+        raise InputError(
+            f"{choice.env}: its record names package sources that differ from your pip settings ({'; '.join(diffs)}); "
+            "check them, then pass --trust-record-indexes to look the files up there"
+        )
+    entries = pip_report(pins, build)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(folder / "requirements.lock", requirements_lock(entries, choice.env))
+    write_text_atomic(folder / "pylock.toml", pylock_toml(entries, choice.python))
+    write_json_atomic(
+        folder / "sources.json",
+        {
+            "environment": choice.as_dict(),
+            "index_url": build.index_url,
+            "extra_index_urls": list(build.extra_index_urls),
+            "find_links": list(build.find_links),
+            "tool": build.tool,
+            "image": build.image,
+            "base_image": build.base_image,
+        },
+    )
+    return folder

@@ -1,0 +1,175 @@
+"""The terminal summary of a matrix run: findings first, then a table that fits the terminal.
+
+`nox` is not a TTY, so the table must read at 80 columns: rows are labelled only by the axis values
+that vary, scenarios are letters with a key, outcomes short codes with a key; where even that does
+not fit, each environment gets one line listing what did not train.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from collections.abc import Iterable
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
+
+from ..records.outcomes import glyph
+from ..records.record import Record
+from ..spec.matrix import AXES
+from .findings import Findings, find, version_order
+
+#: Column headers for the axes that label rows.
+AXIS_HEADERS = {"cuda": "cuda", "torch": "torch", "transformers": "tf", "flash_attn": "fa", "gpu": "gpu", "python": "py"}
+
+
+def cell_text(record: Record) -> str:
+    """`✓ ok`, `✗ nan_loss`, a control as `◆ zero_grad` (quiet) when reproduced and `! ok≠zero_grad` (loud) when not."""
+    outcome = record.klass
+    if record.control == "reproduced":
+        return f"[dim green]◆ {outcome}[/]"
+    if record.control == "not reproduced":
+        return f"[bold red]! {outcome}≠{record.expect}[/]"
+    if outcome == "ok":
+        return "[green]✓ ok[/]"
+    if outcome == "skipped":
+        return "[dim]· skipped[/]"
+    if outcome == "inconclusive":
+        return f"[yellow]{glyph(outcome)} inconclusive[/]"
+    return f"[red]✗ {outcome}[/]"
+
+
+def short(outcome: str) -> str:
+    """A 2-3 letter code: initials of a multi-word class (grad_lost → GL), else its first letters."""
+    words = outcome.split("_")
+    return "".join(w[0] for w in words).upper() if len(words) > 1 else outcome[:3].upper()
+
+
+def code(record: Record) -> str:
+    """The table's cell: ✓, ◆ (reproduced control), · (skipped), ✗GL (failure), !OK (control not reproduced)."""
+    if record.control == "reproduced":
+        return "[dim]◆[/]"
+    if record.control == "not reproduced":
+        return f"[bold red]!{short(record.klass)}[/]"
+    if record.klass == "ok":
+        return "[green]✓[/]"
+    if record.klass == "skipped":
+        return "[dim]·[/]"
+    return f"[bold red]✗{short(record.klass)}[/]"
+
+
+def letters(i: int) -> str:
+    """0 → A, 25 → Z, 26 → AA."""
+    out = ""
+    i += 1
+    while i:
+        i, rem = divmod(i - 1, 26)
+        out = chr(65 + rem) + out
+    return out
+
+
+def varying_axes(records: Iterable[Record]) -> list[str]:
+    """The axes with more than one value (the GPU when nothing varies: a row needs a label)."""
+    values: dict[str, set[str]] = {axis: set() for axis in AXES}
+    for r in records:
+        for axis, value in r.cell.axes().items():
+            values[axis].add(value)
+    return [a for a in AXES if len(values[a]) > 1] or ["gpu"]
+
+
+def print_findings(console: Console, found: Findings) -> None:
+    """Changes since the previous run, then what differs between environments, then the controls line."""
+    if found.changes or found.findings:
+        console.print("[bold]Findings[/]")
+    for change in found.changes:
+        console.print(f"[bold yellow]▲ {escape(change.text)}[/]")
+        console.print(Padding(f"evidence: {escape(change.record.outcome.evidence)}", (0, 0, 0, 4)))
+    for f in found.findings:
+        console.print(f"[bold red]●[/] {escape(f.text)}")
+        console.print(Padding(f"evidence ({escape(f.example.env)}): {escape(f.example.outcome.evidence)}", (0, 0, 0, 4)))
+        console.print(Padding(f"remedy: {escape(f.example.outcome.remedy)}", (0, 0, 0, 4)))
+    if not found.findings and not found.changes:
+        console.print("Findings: no healthy scenario's outcome differs between the environments run")
+    style = "bold red" if found.controls.failed else "dim"
+    console.print(f"[{style}]{found.controls.text}[/]")
+    for r in found.controls.failed:
+        loud = "[bold red]control NOT reproduced (its detector is broken here)[/]"
+        console.print(f"{loud}: {escape(r.id)} expected {r.expect}, got {r.klass}: {escape(r.outcome.evidence)}")
+
+
+def compact_table(records: list[Record]) -> tuple[Table, list[str]]:
+    """Rows: environments labelled by the varying axes; columns: scenario letters. Returns the key lines too."""
+    axes = varying_axes(records)
+    first = {r.env: r for r in reversed(records)}
+    envs = sorted(first, key=lambda e: [version_order(v) for v in first[e].cell.axes().values()])
+    controls = {r.cell.scenario for r in records if r.expect}
+    scenarios = sorted(dict.fromkeys(r.cell.scenario for r in records), key=lambda s: s in controls)  # healthy first, stable
+    by_cell = {(r.env, r.cell.scenario): r for r in records}
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
+    for axis in axes:
+        table.add_column(AXIS_HEADERS[axis], no_wrap=True)
+    for i in range(len(scenarios)):
+        table.add_column(letters(i), no_wrap=True, justify="center")
+    for env in envs:
+        label = [escape(first[env].cell.axes()[a]) for a in axes]
+        table.add_row(*label, *(code(by_cell[(env, s)]) if (env, s) in by_cell else "" for s in scenarios))
+    key = [f"{letters(i)} {s}" for i, s in enumerate(scenarios)]
+    return table, key
+
+
+def _width(renderable: Table) -> int:
+    """The widest line the table renders to (measured, not guessed)."""
+    probe = Console(width=1000, file=io.StringIO(), record=True, color_system=None)
+    probe.print(renderable)
+    return max((len(line.rstrip()) for line in probe.export_text().splitlines()), default=0)
+
+
+def _per_environment(console: Console, records: list[Record]) -> None:
+    """One line per environment (the table would not fit): its id and what did not train."""
+    envs = list(dict.fromkeys(r.env for r in records))
+    for env in envs:
+        mine = [r for r in records if r.env == env]
+        counts = Counter("control" if r.control == "reproduced" else r.klass for r in mine if r.klass == "ok" or r.control == "reproduced")
+        bad = [r for r in mine if r.klass != "ok" and r.control != "reproduced" and r.klass != "skipped"]
+        line = f"{escape(env)}: ✓ {counts['ok']} ok, ◆ {counts['control']} controls"
+        console.print(line)
+        for r in bad:
+            console.print(f"    {code(r)} {escape(r.cell.scenario)} {r.klass}")
+
+
+def print_summary(console: Console, records: list[Record], *, results_dir: str, previous: Iterable[Record] = ()) -> list[Record]:
+    """Findings first, then the table (or one line per environment where it would not fit), the
+    counts and the records folder; returns the controls that did not reproduce."""
+    found = find(records, previous)
+    print_findings(console, found)
+    table, key = compact_table(records)
+    shown = {r.klass for r in records if r.klass not in ("ok", "skipped") and r.control != "reproduced"}
+    if _width(table) <= console.width:
+        console.print(table)
+        for line in pack(["key:", *key], console.width):
+            console.print(escape(line))
+    else:
+        _per_environment(console, records)
+    legend = ["✓ ok", "◆ control reproduced", "✗ failure", "! control NOT reproduced", "· skipped", *(f"{short(k)}={k}" for k in sorted(shown))]
+    for line in pack(legend, console.width):
+        console.print(escape(line))
+    counts = Counter(r.klass for r in records if r.control != "reproduced")
+    quiet = [f"◆ controls reproduced {found.controls.reproduced}"] if found.controls.reproduced else []
+    for line in pack(["outcomes:", *(f"{glyph(k)} {k} {v}" for k, v in counts.most_common()), *quiet], console.width):
+        console.print(line)
+    console.print(f"records: {escape(results_dir)}")
+    return list(found.controls.failed)
+
+
+def pack(entries: list[str], width: int) -> list[str]:
+    """Entries joined two spaces apart into lines of at most `width`, never breaking an entry."""
+    lines: list[str] = []
+    for entry in entries:
+        if lines and len(lines[-1]) + 2 + len(entry) <= width:
+            lines[-1] += "  " + entry
+        else:
+            lines.append(entry)
+    return lines

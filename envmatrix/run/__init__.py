@@ -1,0 +1,1 @@
+"""Running cells: the runner, the fork helper's client, process execution."""

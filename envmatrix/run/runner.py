@@ -1,0 +1,396 @@
+"""Schedule cells onto slots, prepare each environment once, run, classify and record every cell.
+
+One cell's crash, hang or kill ends in that cell's record; so does a backend's exception (a Docker API
+error, a bug): the matrix goes on. The backend and the thread pool are always cleaned up (`with`), on
+Ctrl-C (or SIGTERM) too, which kills the running cells and keeps every completed record; a re-run
+skips cells whose record exists with unchanged inputs, so it completes only what is missing. Two
+runners on the same cell take turns (a lock file per cell), so a record is never a mix of two runs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import signal
+import threading
+import traceback
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .. import __version__
+from ..backends import Backend, BuildFailed, Prepared
+from ..errors import Interrupted
+from ..facts import catalog, elfarch
+from ..outputs.summary import cell_text
+from ..plan.builds import Build, builds
+from ..plan.cells import SKIPPED, Cell
+from ..records.outcomes import glyph
+from ..records.record import (
+    LogRef,
+    Record,
+    RecordError,
+    RunnerInfo,
+    Timings,
+    Verdict,
+    build_facts,
+    cell_info,
+    cell_stem,
+    guarded,
+    inputs_hash,
+    log_tail,
+    read_record,
+    write_record,
+)
+from ..verdict.classify import classify, control_status, decided, signal_number
+from ..verdict.runfacts import gather
+from . import execute
+from .locking import exclusive
+
+#: Outcomes that say more about the runner's settings or a passing cause than about the stack: a
+#: record with one of them is never reused from the cache (the next run tries again).
+NOT_FINAL = ("timeout", "build_failed", "inconclusive")
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where a run writes: records, logs, probe outputs."""
+
+    root: Path
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def locks(self) -> Path:
+        return self.root / "results" / ".locks"
+
+
+@dataclass
+class RunReport:
+    """What a matrix run did: the records it holds (new and cached) and what it left to others."""
+
+    records: list[Record] = field(default_factory=list)
+    ran: int = 0
+    cached: int = 0
+    other_gpus: int = 0
+    reaped: int = 0
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+class GpuPool:
+    """Whole GPUs handed to slots: a DDP cell takes world-size GPUs at once (CUDA_VISIBLE_DEVICES)."""
+
+    def __init__(self, count: int) -> None:
+        self.free = list(range(count))
+        self.cond = threading.Condition()
+
+    def take(self, n: int) -> list[int]:
+        with self.cond:
+            self.cond.wait_for(lambda: len(self.free) >= n)
+            taken, self.free = self.free[:n], self.free[n:]
+            return taken
+
+    def give(self, ids: list[int]) -> None:
+        with self.cond:
+            self.free = sorted(self.free + ids)
+            self.cond.notify_all()
+
+
+class Runner:
+    """Runs the cells of one GPU type on one backend; the backend's kind is invisible here."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        paths: Paths,
+        *,
+        jobs: int = 1,
+        timeout: float = 600.0,
+        rerun: bool = False,
+        gpu_count: int = 0,
+        console: Console | None = None,
+    ) -> None:
+        self.backend = backend
+        self.paths = paths
+        self.jobs = max(1, jobs)
+        self.timeout = timeout
+        self.rerun = rerun
+        self.gpus = GpuPool(gpu_count) if gpu_count else None
+        self.gpu_count = gpu_count
+        self.console = console or Console()
+        self.probe_source = execute.probe_source()
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self.prepared: dict[str, Prepared | BuildFailed] = {}
+        self.build_locks: dict[str, threading.Lock] = {}
+        self.tally: Counter[str] = Counter()
+
+    # ---- records ---------------------------------------------------------------------------------
+
+    def record_path(self, cell_id: str) -> Path:
+        return self.paths.results / f"{cell_stem(cell_id)}.json"
+
+    def cached(self, cell: Cell) -> Record | None:
+        """The existing record when its inputs are unchanged and its outcome is final (not --rerun)."""
+        if self.rerun:
+            return None
+        try:
+            record = read_record(self.record_path(cell.id))
+        except RecordError:
+            return None
+        if record.inputs != inputs_hash(cell, self.probe_source, self.backend.name) or record.klass in NOT_FINAL or record.timed_out:
+            return None
+        return record
+
+    def new_record(self, cell: Cell, status: str, verdict: Verdict, **more: Any) -> Record:
+        """A record of this runner for `cell`, with its verdict and control status."""
+        return Record(
+            cell=cell_info(cell),
+            status=status,
+            outcome=verdict,
+            control=control_status(cell.scenario.expect, verdict.outcome) if status != "skipped" else None,
+            inputs=inputs_hash(cell, self.probe_source, self.backend.name),
+            backend=self.backend.name,
+            runner=RunnerInfo(host=platform.node(), envmatrix=__version__, gpu_count=self.gpu_count),
+            finished=_now(),
+            **more,
+        )
+
+    def skipped(self, cell: Cell, reason: str, rule: str) -> Record:
+        return self.new_record(cell, "skipped", decided("skipped", reason, rule), started=_now())
+
+    # ---- environments ----------------------------------------------------------------------------
+
+    def build_log(self, build: Build) -> Path:
+        return self.paths.logs / "builds" / f"{build.build_id}.log"
+
+    def prepare(self, build: Build) -> Prepared | BuildFailed:
+        """Prepare a build once; every cell of it waits for the same result. Any exception of the
+        backend becomes a BuildFailed for the build's cells, its traceback appended to the build log."""
+        with self.lock:
+            lock = self.build_locks.setdefault(build.build_id, threading.Lock())
+        with lock:
+            if build.build_id not in self.prepared:
+                log = self.build_log(build)
+                try:
+                    self.prepared[build.build_id] = self.backend.prepare(build, log)
+                except BuildFailed as exc:
+                    self.prepared[build.build_id] = exc
+                except Exception as exc:
+                    _append_traceback(log, f"backend {self.backend.name} raised while preparing {build.build_id}")
+                    self.prepared[build.build_id] = BuildFailed(f"backend {self.backend.name} raised {type(exc).__name__}: {exc}")
+            return self.prepared[build.build_id]
+
+    # ---- one cell --------------------------------------------------------------------------------
+
+    def run_cell(self, cell: Cell, build: Build) -> Record | None:
+        """Prepare (once), run, classify and record one cell; None when the run was interrupted."""
+        if self.stopping.is_set():
+            return None
+        with exclusive(self.paths.locks / f"{cell_stem(cell.id)}.lock"):
+            if not self.rerun and (record := self.cached(cell)) is not None:
+                return record  # another runner finished it while this one waited
+            record = self._run_locked(cell, build)
+            if record is not None:
+                write_record(self.record_path(cell.id), record)
+            return record
+
+    def _run_locked(self, cell: Cell, build: Build) -> Record | None:
+        started = _now()
+        ready = self.prepare(build)
+        if isinstance(ready, BuildFailed):
+            log = self.build_log(build)
+            verdict = classify(gather(None, log, exit_code=None, build_failed=str(ready)))
+            return self.new_record(cell, "build_failed", verdict, started=started, log=LogRef(str(log), log_tail(log)))
+        if self.gpus is not None and cell.scenario.world_size > self.gpu_count:
+            return self.skipped(cell, f"needs {cell.scenario.world_size} GPUs; this runner has {self.gpu_count}", "runner")
+        missing = _kernels_missing(ready, cell)
+        if missing is not None:  # the wheel cannot run here: say so before any training starts
+            return self.new_record(cell, "done", decided("unsupported_gpu", missing, "elf_archs"), started=started, build=build_facts(ready.facts))
+        gpu_ids = self.gpus.take(cell.scenario.world_size) if self.gpus is not None else []
+        try:
+            record = self._execute(cell, ready, gpu_ids, started)
+        finally:
+            if self.gpus is not None:
+                self.gpus.give(gpu_ids)
+        return None if self.stopping.is_set() else record  # killed by Ctrl-C: leave the cell for the re-run
+
+    def _execute(self, cell: Cell, ready: Prepared, gpu_ids: list[int], started: str) -> Record:
+        stem = cell_stem(cell.id)
+        out = self.paths.runs / stem
+        log = self.paths.logs / f"{stem}.log"
+        for stale in ("result.json", "metrics.jsonl"):
+            (out / stale).unlink(missing_ok=True)
+        common = {
+            "started": started,
+            "gpu_ids": tuple(gpu_ids),
+            "build": build_facts(ready.facts),
+        }
+        try:
+            done = self.backend.run(ready, cell.scenario, out, log, timeout=self.timeout, gpu_ids=gpu_ids)
+        except Exception as exc:
+            _append_traceback(log, f"backend {self.backend.name} raised while running {cell.id}")
+            verdict = decided("error", f"backend {self.backend.name} raised {type(exc).__name__}: {str(exc)[:300]}", "backend")
+            timings = Timings(prepare_s=ready.seconds, prepare_reused=ready.reused)
+            return self.new_record(cell, "done", verdict, timings=timings, log=LogRef(str(log), log_tail(log)), **common)
+        facts = gather(out, log, exit_code=done.exit_code, timed_out=done.timed_out)
+        sig = signal_number(done.exit_code)
+        result = facts.result or {}
+        env_facts = result.get("env")
+        return guarded(
+            self.new_record(
+                cell,
+                "done",
+                classify(facts),
+                timings=Timings(prepare_s=ready.seconds, prepare_reused=ready.reused, probe_s=done.seconds),
+                exit_code=done.exit_code,
+                signal=_signal_name(sig),
+                timed_out=done.timed_out,
+                launch=done.launch,
+                env_facts=env_facts if isinstance(env_facts, dict) else None,
+                result=result,
+                metrics=facts.metrics,
+                log=LogRef(str(log), log_tail(log)),
+                **common,
+            )
+        )
+
+    # ---- the matrix ------------------------------------------------------------------------------
+
+    def run(self, cells: list[Cell], gpu: str) -> RunReport:
+        """Run every cell of `gpu`; cells of other GPU types are left for their own runners."""
+        report = RunReport()
+        mine = [c for c in cells if c.env.gpu == gpu]
+        report.other_gpus = len(cells) - len(mine)
+        todo: list[tuple[Cell, Build]] = []
+        by_build = {b.build_id: b for b in builds(mine)}
+        for cell in mine:
+            record = self.cached(cell)
+            if record is not None:
+                report.records.append(record)
+                report.cached += 1
+                self.tally[record.klass] += 1
+            elif cell.status == SKIPPED:
+                record = self.skipped(cell, cell.reason, "catalog")
+                write_record(self.record_path(cell.id), record)
+                report.records.append(record)
+                self.tally["skipped"] += 1
+            else:
+                todo.append((cell, by_build[cell.env.build_id]))
+        if not todo:
+            return report
+        report.reaped = len(execute.reap_orphans(self.paths.runs))
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
+        try:
+            with self.backend:
+                self._run_all(todo, report)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        return report
+
+    def _run_all(self, todo: list[tuple[Cell, Build]], report: RunReport) -> None:
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[tally]}"),
+        )
+        running: set[str] = set()
+        with Progress(*columns, console=self.console, transient=False) as progress, ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            task = progress.add_task("matrix", total=len(todo), tally=self._tally())
+
+            def job(cell: Cell, build: Build) -> Record | None:
+                with self.lock:
+                    running.add(cell.id)
+                    progress.update(task, description=_short(running))
+                try:
+                    return self.run_cell(cell, build)
+                finally:
+                    with self.lock:
+                        running.discard(cell.id)
+
+            futures: dict[Future[Record | None], Cell] = {pool.submit(job, c, b): c for c, b in todo}
+            try:
+                pending = set(futures)
+                while pending:
+                    finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        record = fut.result()
+                        if record is None:
+                            continue
+                        report.records.append(record)
+                        report.ran += 1
+                        self.tally[record.klass] += 1
+                        progress.console.print(f"{cell_text(record):<34} {record.id}")
+                        progress.update(task, advance=1, tally=self._tally(), description=_short(running))
+            except KeyboardInterrupt:
+                self.stopping.set()
+                self.backend.stop_all()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise Interrupted(
+                    f"interrupted: {report.ran} cells recorded this run, {report.cached} cached; "
+                    f"re-run the same command to complete the rest (records are in {self.paths.results})"
+                ) from None
+
+    def _tally(self) -> str:
+        return " ".join(f"{glyph(k)}{k}:{v}" for k, v in sorted(self.tally.items()))
+
+
+def _kernels_missing(ready: Prepared, cell: Cell) -> str | None:
+    """Evidence that the environment's flash-attn binary has no kernels for the cell's GPU, read from
+    the installed ELF (None when it covers it, or nothing could be read)."""
+    flash = ready.facts.get("flash_attn")
+    gpu = catalog.GPUS.get(cell.env.gpu)
+    if not isinstance(flash, dict) or gpu is None:
+        return None
+    return elfarch.unsupported_for(flash.get("gpu_archs"), gpu.compute_capability, cell.env.gpu)
+
+
+def _append_traceback(log: Path, headline: str) -> None:
+    """The current exception's traceback at the end of a log: the evidence of a backend's failure."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as fh:
+        fh.write(f"\n[envmatrix] {headline}\n{traceback.format_exc()}")
+
+
+def _signal_name(num: int | None) -> str | None:
+    if not num:
+        return None
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"SIG{num}"
+
+
+def _short(running: set[str]) -> str:
+    if not running:
+        return "matrix"
+    first = sorted(running)[0]
+    return first if len(running) == 1 else f"{first} (+{len(running) - 1})"
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt

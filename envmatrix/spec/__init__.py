@@ -1,0 +1,1 @@
+"""The matrix file: bounded YAML, validated into typed profiles and scenarios."""

@@ -1,0 +1,1 @@
+"""Pure: everything a run left -> outcome, evidence, remedy."""

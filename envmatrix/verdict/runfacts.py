@@ -1,0 +1,44 @@
+"""Gather what a run left in its folder (result.json, metrics.jsonl, the log) into RunFacts for classify."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..jsonio import read_json
+from .classify import RunFacts
+from .logscan import scan_stream
+
+
+def read_metrics(path: Path) -> tuple[dict[str, Any], ...]:
+    """metrics.jsonl rows; a torn last line (process killed mid-write) is dropped."""
+    rows: list[dict[str, Any]] = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return ()
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return tuple(rows)
+
+
+def gather(out_dir: Path | None, log_path: Path | None, *, exit_code: int | None, timed_out: bool = False, build_failed: str | None = None) -> RunFacts:
+    """RunFacts from a probe output folder (None where the probe never ran) and its log."""
+    scan = None
+    if log_path is not None and log_path.exists():
+        with log_path.open("rb") as fh:
+            scan = scan_stream(fh)
+    return RunFacts(
+        **({"scan": scan} if scan is not None else {}),
+        exit_code=exit_code,
+        result=read_json(out_dir / "result.json") if out_dir else None,
+        metrics=read_metrics(out_dir / "metrics.jsonl") if out_dir else (),
+        timed_out=timed_out,
+        build_failed=build_failed,
+    )

