@@ -96,7 +96,7 @@ def prepare(args: argparse.Namespace, tmp: Path) -> float:
     from envmatrix.backends.docker import DockerBackend
     from envmatrix.backends.venv import VenvBackend
     from envmatrix.plan.builds import builds
-    from envmatrix.plan.cells import expand
+    from envmatrix.plan.expand import expand
     from envmatrix.spec.matrix import load as load_spec
 
     start = time.perf_counter()

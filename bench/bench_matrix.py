@@ -19,7 +19,7 @@ from pathlib import Path
 
 from envmatrix.backends.venv import VenvBackend
 from envmatrix.plan.builds import builds
-from envmatrix.plan.cells import expand
+from envmatrix.plan.expand import expand
 from envmatrix.spec.matrix import load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,12 +16,13 @@ from rich.markup import escape
 
 from ..backends.registry import BackendOptions, make_backend
 from ..errors import InputError
-from ..facts import catalog
+from ..facts.pkgconstraints import needed_packages
 from ..facts.releases import available
-from ..plan.cells import PLANNED, SKIPPED, Cell, Environment
+from ..plan.cells import Environment
+from ..plan.eligibility import judge
 from ..records.record import Record
 from ..run.runner import Paths, Runner
-from ..spec.matrix import AXES, Spec
+from ..spec.matrix import AXES, AXIS_CHECKS, Profile, Spec, check_package_name, check_package_version
 from .bisect import Bisection, bisect, releases_between
 
 
@@ -38,7 +39,8 @@ class BisectRun:
 
 @dataclass(frozen=True)
 class BisectRequest:
-    """What to bisect: an axis between a good and a bad release, for one scenario of one profile."""
+    """What to bisect: an axis between a good and a bad release, for one scenario of one profile,
+    other axes held at the values `held` names (else the profile's)."""
 
     axis: str
     good: str
@@ -53,22 +55,60 @@ class BisectRequest:
     timeout: float = 600.0
     pre: bool = False
     gpu_count: int = 0
+    held: dict[str, str] = field(default_factory=dict)
+
+
+#: Axes whose values are releases on a package index (cuda, gpu and python are not).
+RELEASE_AXES = ("torch", "transformers", "flash_attn")
+
+
+def bisectable(profile: Profile) -> list[str]:
+    """The axes bisect can walk in a profile: torch, transformers, flash-attn and every package axis."""
+    return [*RELEASE_AXES, *profile.packages]
+
+
+def check_held(profile: Profile, held: dict[str, str], axis: str) -> None:
+    """`--set AXIS=VALUE`: an environment axis or a package (the profile's or another), a valid value, not the bisected axis."""
+    problems = []
+    for name, value in held.items():
+        if name == axis:
+            problems.append(f"--set {name}={value}: {name} is the axis being bisected; drop it or bisect another axis")
+        elif name in AXIS_CHECKS:
+            problem = AXIS_CHECKS[name](value)
+            if problem is None and name == "gpu":
+                problem = None if value in profile.axes["gpu"] else f"profile '{profile.name}' has no GPU type {value}; pass --gpu"
+            if problem:
+                problems.append(f"--set {name}={value}: {problem}")
+        elif problem := check_package_name(name) or check_package_version(value):
+            problems.append(f"--set {name}={value}: {problem}")
+    if problems:
+        raise InputError("; ".join(problems))
 
 
 def base_environment(spec: Spec, req: BisectRequest, console: Console) -> dict[str, str]:
-    """The profile's axis values, the bisected axis aside; the first value where an axis has several."""
+    """Every other axis's value: `--set` first, else the profile's first value; a package the scenario
+    needs is never held at none by default (its first release in the profile is taken)."""
     profile = spec.profiles[req.profile]
-    base = {}
-    for axis in AXES:
-        values = profile.axes[axis]
-        if axis == "gpu":
-            if req.gpu not in values:
-                raise InputError(f"profile '{req.profile}' has no GPU type {req.gpu} (it has {', '.join(values)}); pass --profile or --gpu")
-            base[axis] = req.gpu
-        elif axis != req.axis:
-            base[axis] = values[0]
-            if len(values) > 1:
-                console.print(f"{axis}: the profile has {', '.join(values)}; bisect holds it at {values[0]}")
+    needs = needed_packages(spec.scenarios[req.scenario])
+    base = {"gpu": req.gpu}
+    for axis, values in [*((a, profile.axes[a]) for a in AXES if a != "gpu"), *profile.packages.items()]:
+        if axis == req.axis or axis in req.held:
+            continue
+        chosen = values[0]
+        if axis in needs:
+            installed = [v for v in values if v != "none"]
+            if not installed:
+                raise InputError(f"scenario {req.scenario} needs {axis} ({needs[axis]}) and profile '{req.profile}' has only none: pass --set {axis}=VERSION")
+            chosen = installed[0]
+        base[axis] = chosen
+        if len(values) > 1:
+            console.print(f"{axis}: the profile has {', '.join(values)}; bisect holds it at {chosen} (--set {axis}=VALUE holds another)")
+    for axis, value in req.held.items():
+        base[axis] = value
+        console.print(f"{axis}: held at {value} (--set)")
+    missing = [name for name in needs if name != req.axis and base.get(name, "none") == "none"]
+    if missing:
+        raise InputError(f"scenario {req.scenario} needs {', '.join(missing)}: pass --set {missing[0]}=VERSION (it cannot run without it)")
     return base
 
 
@@ -76,8 +116,13 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
     """List the releases between good and bad on the index, then bisect with real runs."""
     if req.scenario not in spec.scenarios:
         raise InputError(f"--scenario {req.scenario}: not defined in the matrix file; defined: {', '.join(spec.scenarios)}")
-    if req.axis not in ("torch", "transformers", "flash_attn"):
-        raise InputError(f"--axis {req.axis}: cannot bisect it; bisectable axes: torch, transformers, flash_attn")
+    profile = spec.profiles[req.profile]
+    if req.gpu not in profile.axes["gpu"]:
+        raise InputError(f"profile '{req.profile}' has no GPU type {req.gpu} (it has {', '.join(profile.axes['gpu'])}); pass --profile or --gpu")
+    axes = bisectable(profile)
+    if req.axis not in axes and check_package_name(req.axis) is not None:
+        raise InputError(f"--axis {req.axis}: cannot bisect it; bisectable axes in profile '{req.profile}': {', '.join(axes)} (or any other package by name)")
+    check_held(profile, req.held, req.axis)
     scenario = spec.scenarios[req.scenario]
     base = base_environment(spec, req, console)
     index = available(req.axis, pre=req.pre)
@@ -86,17 +131,13 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
             raise InputError(f"{label} {version}: not a {req.axis} release on the index pip uses (newest: {', '.join(index[:5])})")
     releases = releases_between(index, req.good, req.bad, pre=req.pre)
     console.print(f"{req.axis}: {len(releases)} releases from {releases[0]} to {releases[-1]} on the index; scenario {req.scenario} on {req.gpu}")
-    profile = spec.profiles[req.profile]
     options = BackendOptions(profile_name=req.profile, profile=profile, gpu_count=req.gpu_count, venvs=req.venvs, base=req.base)
     runner = Runner(make_backend(req.backend, options), Paths(req.reports), timeout=req.timeout, gpu_count=req.gpu_count, console=console)
     run = BisectRun(result=Bisection(), releases=releases)
 
     def oracle(release: str) -> str:
-        axes = {**base, req.axis: release}
-        env = Environment(axes["cuda"], axes["torch"], axes["transformers"], axes["flash_attn"], axes["gpu"], axes["python"])
-        reasons = catalog.environment_reasons(**env.axes(), build_from_source=profile.build_from_source)
-        reasons += catalog.scenario_reasons(attn=scenario.attn, dtype=scenario.dtype, flash_attn=env.flash_attn, gpu=env.gpu)
-        cell = Cell(env, scenario, SKIPPED if reasons else PLANNED, "; ".join(reasons))
+        env = Environment.from_values({**base, req.axis: release})
+        cell = judge(profile, env, scenario, gpu_count=req.gpu_count)
         report = runner.run([cell], req.gpu)
         record = report.records[0]
         run.records[release] = record

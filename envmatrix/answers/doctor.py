@@ -24,10 +24,10 @@ from rich.markup import escape
 
 from ..backends.host import HostBackend
 from ..errors import InputError
-from ..facts import catalog
 from ..host.gpus import HostGpus
 from ..outputs.vetting import vetted_environments
-from ..plan.cells import PLANNED, SKIPPED, Cell, Environment
+from ..plan.cells import Cell, Environment
+from ..plan.eligibility import judge
 from ..records.record import Record
 from ..run.runner import Paths, Runner
 from ..spec.matrix import Spec
@@ -54,8 +54,9 @@ def _public(version: str) -> str:
     return version.split("+", 1)[0]
 
 
-def installed_environment(gpus: HostGpus) -> Environment:
-    """The environment this interpreter is: torch, transformers, flash-attn, CUDA build, GPU, Python."""
+def installed_environment(gpus: HostGpus, packages: Iterable[str] = ()) -> Environment:
+    """The environment this interpreter is: torch, transformers, flash-attn, CUDA build, GPU, Python, and
+    the version of each package axis named in `packages` (`none` where it is not installed)."""
     torch = _version("torch")
     transformers = _version("transformers")
     if torch is None or transformers is None:
@@ -75,6 +76,7 @@ def installed_environment(gpus: HostGpus) -> Environment:
         flash_attn=_public(flash) if flash else "none",
         gpu=gpus.matrix_name or "cpu",
         python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        packages=tuple(sorted((name, _public(v) if (v := _version(name)) else "none") for name in packages)),
     )
 
 
@@ -99,18 +101,14 @@ def installed_pins() -> dict[str, str]:
     return pins
 
 
-def cells_for(spec: Spec, profile: str, env: Environment, only: Iterable[str] = ()) -> list[Cell]:
-    """The profile's scenarios (or `only`) in this environment; those the hardware cannot run are skipped with the reason."""
+def cells_for(spec: Spec, profile: str, env: Environment, only: Iterable[str] = (), *, gpu_count: int | None = None) -> list[Cell]:
+    """The profile's scenarios (or `only`) in this environment, judged by the one eligibility as an
+    installed environment: what it lacks (hardware, a package a scenario needs, GPUs) is skipped with the reason."""
     names = list(only) or list(spec.profiles[profile].scenarios)
     unknown = [n for n in names if n not in spec.scenarios]
     if unknown:
         raise InputError(f"--scenario {', '.join(unknown)}: not defined in the matrix file; defined: {', '.join(spec.scenarios)}")
-    cells = []
-    for name in names:
-        scenario = spec.scenarios[name]
-        reasons = catalog.scenario_reasons(attn=scenario.attn, dtype=scenario.dtype, flash_attn=env.flash_attn, gpu=env.gpu) if env.gpu in catalog.GPUS else []
-        cells.append(Cell(env, scenario, SKIPPED if reasons else PLANNED, "; ".join(reasons)))
-    return cells
+    return [judge(spec.profiles[profile], env, spec.scenarios[name], gpu_count=gpu_count, installed=True) for name in names]
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,15 @@ import certifi
 from probes import source_files as probe_files
 
 from ..errors import BackendError
-from ..facts import catalog, flashsource
-from ..host.pipconfig import PipSettings, local_torch_wheel, read_pip_settings, torch_index_url
+from ..facts import catalog
+from ..host.pipconfig import read_pip_settings
 from ..plan.builds import Build
 from ..plan.cells import Environment
+from ..plan.install import Sources, install_set, package_pins
 from ..run.execute import Completed, probe_argv, probe_command, process_alive
 from ..run.forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, forked_launch, helper_from_hello, run_forked
 from ..spec.matrix import Scenario
 from . import BuildFailed, Prepared
-from .venv import package_requirements
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKERFILE = ROOT / "dockerfiles" / "probe.Dockerfile"
@@ -45,16 +45,6 @@ FORKSERVER_IN_IMAGE = PROBE_IN_IMAGE.with_name("forkserver.py")
 HELPER_DIR = "/envmatrix-helper"  # the helper's socket folder, mounted from the host
 RUNS_DIR = "/runs"  # the cells' output folders (the parent of every `out`), mounted for the helper
 CELL_LOG = ".envmatrix-cell.log"  # a forked cell's output inside its folder, moved into its log afterwards
-CPU_BASE = "envmatrix-base:bookworm"
-CUDA_BASES = {
-    "11.8": "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04",
-    "12.1": "nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04",
-    "12.4": "nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04",
-    "12.6": "nvidia/cuda:12.6.3-cudnn-devel-ubuntu22.04",
-    "12.8": "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04",
-    "12.9": "nvidia/cuda:12.9.1-cudnn-devel-ubuntu22.04",
-    "13.0": "nvidia/cuda:13.0.1-cudnn-devel-ubuntu22.04",
-}
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
@@ -105,24 +95,12 @@ class DockerBackend:
     name = "docker"
     fork = True
 
-    def __init__(
-        self,
-        *,
-        base_images: dict[str, str] | None = None,
-        wheelhouse: Path | None = None,
-        build_from_source: bool = False,
-        flash_sources: tuple[str, ...] | None = None,
-        settings: PipSettings | None = None,
-        client: Any = None,
-    ) -> None:
+    def __init__(self, *, sources: Sources | None = None, client: Any = None) -> None:
         if not DOCKERFILE.is_file():
             raise BackendError(f"{DOCKERFILE}: the probe's Dockerfile is missing; the docker backend runs from a checkout of envmatrix (git clone)")
         self.client = client or connect()
-        self.base_images = {**CUDA_BASES, "none": CPU_BASE, **(base_images or {})}
-        self.wheelhouse = wheelhouse
-        self.build_from_source = build_from_source
-        self.flash_sources = flash_sources or tuple(flashsource.default_sources(str(wheelhouse) if wheelhouse else None, build_from_source))
-        self.settings = settings or read_pip_settings()
+        self.sources = sources or Sources(read_pip_settings())
+        self.settings = self.sources.pip
         self.running: set[Any] = set()
         self.lock = threading.Lock()
         self.helpers = HelperPool()
@@ -157,31 +135,30 @@ class DockerBackend:
                 "(nvidia-ctk runtime configure --runtime=docker; restart dockerd), or run GPU cells with --backend venv"
             )
 
-    def build_args(self, env: Environment, wheels: Path) -> dict[str, str]:
-        """The Dockerfile's ARGs for an environment; every value is a validated version or name."""
+    def build_args(self, env: Environment) -> dict[str, str]:
+        """The Dockerfile's ARGs for an environment, from its install set; every value is a validated version or name."""
+        wanted = install_set(env, self.sources)
+        if wanted.base_image is None:
+            raise BuildFailed(
+                f"no base image for CUDA {env.cuda}: the catalog knows {', '.join(catalog.CUDA_IMAGE_VERSIONS)}; add one to the profile's base_images"
+            )
         args = {
-            "BASE_IMAGE": self.base_images.get(env.cuda, ""),
+            "BASE_IMAGE": wanted.base_image,
             "PYTHON": env.python,
             "TRANSFORMERS": env.transformers,
-            "PACKAGES": " ".join(package_requirements(env)),
+            "PACKAGES": " ".join(package_pins(env)),
             "FLASH_ATTN": env.flash_attn,
-            "FLASH_ATTN_SOURCES": " ".join(self.flash_sources),
+            "FLASH_ATTN_SOURCES": " ".join(self.sources.flash_attn),
             "PIP_EXTRA_INDEX_URL": " ".join(_http_only(self.settings.extra_index_urls)),
+            "TORCH_REQUIREMENT": wanted.torch,
+            # a CPU torch found through find-links is copied into the context's wheelhouse (/wheelhouse in the image)
+            "TORCH_INDEX_URL": wanted.torch_index or "",
         }
-        if not args["BASE_IMAGE"]:
-            raise BuildFailed(f"no base image for CUDA {env.cuda}: add it to the profile's base_images")
         if self.settings.index_url and self.settings.index_url.startswith(("http://", "https://")):
             args["PIP_INDEX_URL"] = self.settings.index_url
-        if env.cuda == "none":
-            args["TORCH_REQUIREMENT"] = f"torch=={env.torch}+cpu"
-            args["TORCH_INDEX_URL"] = "" if any(wheels.glob(f"torch-{env.torch}+cpu-*.whl")) else torch_index_url(env.cuda_tag)
-        else:
-            args["TORCH_REQUIREMENT"] = f"torch=={env.torch}"
-            args["TORCH_INDEX_URL"] = torch_index_url(env.cuda_tag)
-        if env.flash_attn != "none":
-            for flag in (True, False):
-                key = "FLASH_WHEEL_ABI_TRUE" if flag else "FLASH_WHEEL_ABI_FALSE"
-                args[key] = catalog.flash_wheel_name(env.flash_attn, env.torch, env.cuda, env.python, abi_flag=flag)
+        if wanted.flash_attn is not None:
+            args["FLASH_WHEEL_ABI_TRUE"] = wanted.flash_attn.wheel_abi_true
+            args["FLASH_WHEEL_ABI_FALSE"] = wanted.flash_attn.wheel_abi_false
         return args
 
     def _context(self, env: Environment, folder: Path) -> None:
@@ -195,11 +172,10 @@ class DockerBackend:
         shutil.copy(ca, folder / "certs" / "ca.crt")
         wheels = folder / "wheelhouse"
         wheels.mkdir()
-        sources = [Path(p) for p in ([str(self.wheelhouse)] if self.wheelhouse else [])]
-        if env.cuda == "none":
-            found = local_torch_wheel(env.torch, self.settings.find_links)
-            if found:
-                sources += [Path(w) for w in Path(found).glob(f"torch-{env.torch}+cpu-*.whl")]
+        sources = [self.sources.wheelhouse] if self.sources.wheelhouse else []
+        found = install_set(env, self.sources).torch_find_links
+        if found:
+            sources += list(Path(found).glob(f"torch-{env.torch}+cpu-*.whl"))
         for src in sources:
             for wheel in [src] if src.is_file() else sorted(src.glob("*.whl")):
                 target = wheels / wheel.name
@@ -229,7 +205,7 @@ class DockerBackend:
         with tempfile.TemporaryDirectory(prefix="envmatrix-build-") as tmp:
             folder = Path(tmp)
             self._context(env, folder)
-            args = self.build_args(env, folder / "wheelhouse")
+            args = self.build_args(env)
             tag = self.image_tag(args, folder)
             try:
                 image = self.client.images.get(tag)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BackendError, InputError
+from ..plan.install import Sources
 from ..spec.matrix import Profile
 from . import Backend, BuildFailed
 
@@ -23,13 +24,17 @@ class BackendOptions:
     venvs: Path
     base: Path  # the matrix file's folder: relative paths in the profile are relative to it
 
+    @property
+    def sources(self) -> Sources:
+        """Where the profile's environments get their files (plan/install.py)."""
+        return Sources.of(self.profile, self.base)
+
 
 def _venv(o: BackendOptions) -> Backend:
     from .venv import VenvBackend
 
-    wheelhouse = (o.base / o.profile.wheelhouse) if o.profile.wheelhouse else None
     try:
-        return VenvBackend(o.venvs, flash_sources=o.profile.flash_attn_sources, wheelhouse=wheelhouse)
+        return VenvBackend(o.venvs, sources=o.sources)
     except BuildFailed as exc:
         raise BackendError(str(exc)) from None
 
@@ -43,12 +48,10 @@ def _host(o: BackendOptions) -> Backend:
 def _docker(o: BackendOptions) -> Backend:
     from .docker import DockerBackend
 
-    wheelhouse = (o.base / o.profile.wheelhouse) if o.profile.wheelhouse else None
+    wheelhouse = o.sources.wheelhouse
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise InputError(f"wheelhouse {wheelhouse}: no such folder (profiles.{o.profile_name}.wheelhouse)")
-    return DockerBackend(
-        base_images=o.profile.base_images, wheelhouse=wheelhouse, build_from_source=o.profile.build_from_source, flash_sources=o.profile.flash_attn_sources
-    )
+    return DockerBackend(sources=o.sources)
 
 
 BACKENDS: dict[str, Callable[[BackendOptions], Backend]] = {"venv": _venv, "host": _host, "docker": _docker}

@@ -20,34 +20,16 @@ from typing import IO
 
 from ..facts import elfarch, flashsource
 from ..host.gpus import detect_gpus
-from ..host.pipconfig import PipSettings, cpu_torch_install_args, read_pip_settings, torch_index_url
+from ..host.pipconfig import find_uv, read_pip_settings
 from ..jsonio import read_json
 from ..plan.builds import Build
 from ..plan.cells import Environment
+from ..plan.install import InstallSet, Sources, install_set
 from ..run.locking import exclusive
 from . import BuildFailed, Prepared, ProcessBackend
 
-PEFT = "peft==0.21.2"
 MARKER = ".envmatrix.json"
 STEP_TIMEOUT_S = 3600
-
-
-def find_uv() -> str | None:
-    """The uv binary: on PATH, or installed beside this interpreter (pip install uv)."""
-    return shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
-
-
-def torch_requirement(env: Environment, settings: PipSettings) -> list[str]:
-    """The exact torch build and where it comes from."""
-    if env.cuda == "none":
-        return cpu_torch_install_args(env.torch, settings)
-    return [f"torch=={env.torch}", "--extra-index-url", torch_index_url(env.cuda_tag)]
-
-
-def package_requirements(env: Environment) -> list[str]:
-    """peft (the matrix's pin when it declares one, `none` leaves it out) and every extra package, pinned."""
-    pins = [] if "peft" in dict(env.packages) else [PEFT]
-    return pins + [f"{name}=={version}" for name, version in env.packages if version != "none"]
 
 
 class VenvBackend(ProcessBackend):
@@ -55,20 +37,22 @@ class VenvBackend(ProcessBackend):
 
     name = "venv"
 
-    def __init__(
-        self, root: Path, *, use_uv: bool | None = None, settings: PipSettings | None = None,
-        flash_sources: tuple[str, ...] = flashsource.DEFAULT_SOURCES, wheelhouse: Path | None = None,
-    ) -> None:  # fmt: skip
+    def __init__(self, root: Path, *, use_uv: bool | None = None, sources: Sources | None = None) -> None:
         self.root = root
-        self.flash_sources, self.wheelhouse = flash_sources, wheelhouse
         self.uv = find_uv() if use_uv is not False else None
         if use_uv and self.uv is None:
             raise BuildFailed("uv was asked for but is not installed (python3 -m pip install uv)")
-        self.settings = settings or read_pip_settings()
+        self.sources = sources or Sources(read_pip_settings())
+        self.settings = self.sources.pip
+
+    def install_set(self, env: Environment) -> InstallSet:
+        """What this environment installs (plan/install.py owns it)."""
+        return install_set(env, self.sources)
 
     def requirements(self, env: Environment) -> list[str]:
-        """Everything but flash-attn, which needs torch installed first to pick its wheel."""
-        return [*torch_requirement(env, self.settings), f"transformers=={env.transformers}", *package_requirements(env)]
+        """Everything but flash-attn, which needs torch installed first to pick its wheel: requirements, then torch's source."""
+        wanted = self.install_set(env)
+        return [*wanted.requirements, *wanted.source_flags]
 
     def inputs_key(self, env: Environment) -> str:
         """What the venv is a function of; a change rebuilds it."""
@@ -122,14 +106,7 @@ class VenvBackend(ProcessBackend):
 
     def _pip(self, python: Path) -> list[str]:
         if self.uv:
-            cmd = [self.uv, "pip", "install", "--python", str(python), "--compile-bytecode", "--index-strategy", "unsafe-best-match"]
-            if self.settings.index_url:
-                cmd += ["--index-url", self.settings.index_url]
-            for url in self.settings.extra_index_urls:
-                cmd += ["--extra-index-url", url]
-            for link in self.settings.find_links:
-                cmd += ["--find-links", link]
-            return cmd
+            return [self.uv, "pip", "install", "--python", str(python), "--compile-bytecode", "--index-strategy", "unsafe-best-match", *self.settings.flags()]
         return [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
 
     def _install(self, env: Environment, python: Path, out: IO[bytes]) -> None:
@@ -144,7 +121,13 @@ class VenvBackend(ProcessBackend):
         torch_version, cuda, abi = got.stdout.split()
         try:
             pick = flashsource.choose(
-                env.flash_attn, torch=torch_version, cuda=cuda, python=env.python, abi=abi == "1", sources=self.flash_sources, wheelhouse=self.wheelhouse
+                env.flash_attn,
+                torch=torch_version,
+                cuda=cuda,
+                python=env.python,
+                abi=abi == "1",
+                sources=self.sources.flash_attn,
+                wheelhouse=self.sources.wheelhouse,
             )
             local = flashsource.fetch(pick, self.root / ".flash-wheels")
         except flashsource.NoFlashSource as exc:

@@ -28,8 +28,10 @@ from ..outputs.lock import write_lock
 from ..outputs.report import is_current, report_paths, write_report
 from ..outputs.summary import print_findings, print_summary
 from ..plan import builds as plan
-from ..plan.cells import SKIPPED, Cell, expand
-from ..plan.resolve import Outcome, resolve_cells, unreachable_error
+from ..plan.cells import SKIPPED, Cell
+from ..plan.expand import expand
+from ..plan.install import Sources
+from ..plan.resolve import ResolveOutcome, resolve_cells, unreachable_error
 from ..plan.shard import shard
 from ..records.record import load_records
 from ..run.execute import probe_command, run_logged
@@ -134,9 +136,9 @@ def _warn(message: str) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Print the cells of a profile and the environments they need."""
-    _, profile, cells = select_cells(args, gpu=args.gpu)
+    spec, profile, cells = select_cells(args, gpu=args.gpu)
     cells = take_shard(cells, args.shard)
-    outcome = resolve_cells(cells) if args.resolve else None
+    outcome = resolve_cells(cells, Sources.of(spec.profiles[profile], Path(args.file).parent)) if args.resolve else None
     cells = outcome.cells if outcome else cells
     builds = plan.builds(cells)
     if args.format == "json":
@@ -163,7 +165,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_resolutions(console: Console, outcome: Outcome) -> None:
+def _print_resolutions(console: Console, outcome: ResolveOutcome) -> None:
     """The files each environment resolves to (name, version, URL, sha256), then what went unchecked."""
     for build_id, res in sorted(outcome.resolutions.items()):
         head = "resolves" if res.ok else "does not resolve"
@@ -267,7 +269,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend = make_backend(name, options)
     backend.fork = not args.no_fork
     if not args.no_resolve and backend.name != "host":  # the host backend installs nothing
-        outcome = resolve_cells([c for c in cells if c.env.gpu == gpu])
+        outcome = resolve_cells([c for c in cells if c.env.gpu == gpu], options.sources)
         if outcome.unreachable:
             raise unreachable_error(outcome)
         checked = {c.id: c for c in outcome.cells}

@@ -60,6 +60,31 @@ CUDA_ARCH_SOURCE = Source("pytorch RELEASE.md CUDA support matrix (PR #182849); 
 #: CUDA 13 dropped offline compilation for every architecture below Turing (sm_75): Maxwell, Pascal, Volta.
 CUDA13_MIN_CC = (7, 5)
 
+CUDA_IMAGE_SOURCE = Source(
+    "nvidia/cuda image tags: <full version>-<flavour>-ubuntu22.04, runtime vs cudnn-devel (FACTS §11); 13.2.0 follows the naming and was"
+    " not checked against the registry (none reachable here)",
+    "2026-11-24",
+)
+#: The nvidia/cuda image version for each CUDA minor the torch builds above use.
+CUDA_IMAGE_VERSIONS: dict[str, str] = {
+    "11.8": "11.8.0", "12.1": "12.1.1", "12.4": "12.4.1", "12.6": "12.6.3", "12.8": "12.8.1", "12.9": "12.9.1", "13.0": "13.0.1", "13.2": "13.2.0",
+}  # fmt: skip
+#: The CPU cells' base: made from Debian's packages (dockerfiles/debian-base.sh), no registry needed.
+CPU_BASE_IMAGE = "envmatrix-base:bookworm"
+
+
+def base_image(cuda: str, *, toolkit: bool) -> str | None:
+    """The probe image's base for a CUDA build: a runtime image (pip's torch wheels bring their own CUDA
+    libraries), or a cuDNN devel image with the toolkit where something is compiled (flash-attn from
+    source); None for a CUDA version the catalog has no image for."""
+    if cuda == "none":
+        return CPU_BASE_IMAGE
+    version = CUDA_IMAGE_VERSIONS.get(cuda)
+    if version is None:
+        return None
+    return f"nvidia/cuda:{version}-{'cudnn-devel' if toolkit else 'runtime'}-ubuntu22.04"
+
+
 #: torch 2.7 is the first release whose pip wheels use the CXX11 ABI (manylinux_2_28).
 CXX11_ABI_FROM = Version("2.7")
 
@@ -331,6 +356,10 @@ def as_dict() -> dict[str, object]:
             {"name": g.name, "sm": g.sm, "compute_capability": ".".join(map(str, g.compute_capability)), "min_cuda": g.min_cuda, **src(g.source)}
             for g in GPUS.values()
             if g.compute_capability
+        ],
+        "base_images": [
+            {"cuda": cuda, "wheels": base_image(cuda, toolkit=False), "source_build": base_image(cuda, toolkit=True), **src(CUDA_IMAGE_SOURCE)}
+            for cuda in CUDA_IMAGE_VERSIONS
         ],
         "cuda": {
             "min_driver": {str(k): v for k, v in CUDA_MIN_DRIVER.items()},

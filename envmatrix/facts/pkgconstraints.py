@@ -88,22 +88,21 @@ def environment_reasons(env: Environment, known: dict[tuple[str, str], Release] 
     return reasons
 
 
+def needed_packages(scenario: Scenario) -> dict[str, str]:
+    """The extra packages a scenario cannot run without, each with the scenario field that needs it."""
+    needs = {"trl": "trainer: trl"} if scenario.trainer == "trl" else {}
+    return needs | ({"vllm": "use_vllm"} if scenario.use_vllm else {})
+
+
 def scenario_reasons(env: Environment, scenario: Scenario) -> list[str]:
-    """Why a scenario's trainer cannot run in an environment (its packages are not installed)."""
+    """Why a scenario cannot run in an environment (its packages are not installed, or its hardware is missing)."""
     reasons: list[str] = []
-    if scenario.trainer == "trl" and env.package("trl") == "none":
-        reasons.append("trainer: trl needs the trl package, and this environment has none; add trl to the profile's packages")
-    if scenario.use_vllm:
-        if env.gpu == "cpu":
-            reasons.append("use_vllm: vLLM generation needs a CUDA GPU; the cpu runner has none")
-        if env.package("vllm") == "none":
-            reasons.append("use_vllm: this environment has no vllm package; add vllm to the profile's packages")
+    if scenario.use_vllm and env.gpu == "cpu":
+        reasons.append("use_vllm: vLLM generation needs a CUDA GPU; the cpu runner has none")
+    for name, field in needed_packages(scenario).items():
+        if env.package(name) == "none":
+            reasons.append(f"{field} needs the {name} package, and this environment has none; add {name} to the profile's packages")
     return reasons
-
-
-def cell_reasons(env: Environment, scenario: Scenario) -> list[str]:
-    """The cells hook: package metadata constraints, then the scenario's trainer needs."""
-    return environment_reasons(env) + scenario_reasons(env, scenario)
 
 
 # ---- refreshing the data from the index --------------------------------------------------------

@@ -9,7 +9,8 @@ import sys
 
 from ..errors import InputError
 
-#: The distribution behind each bisectable axis (cuda, gpu and python are not releases on an index).
+#: The distribution behind each built-in axis that is a release on an index (cuda, gpu and python are not);
+#: a package axis is its own distribution name.
 PACKAGES = {"torch": "torch", "transformers": "transformers", "flash_attn": "flash-attn"}
 
 
@@ -23,17 +24,16 @@ def parse_pip_index_versions(text: str) -> list[str]:
 
 def available(axis: str, *, pre: bool = False, timeout: float = 120.0) -> list[str]:
     """Every release of the axis's package on the configured index; InputError when it cannot be listed."""
-    if axis not in PACKAGES:
-        raise InputError(f"--axis {axis}: cannot bisect it; bisectable axes: {', '.join(PACKAGES)}")
-    cmd = [sys.executable, "-m", "pip", "index", "versions", PACKAGES[axis], "--disable-pip-version-check"]
+    dist = PACKAGES.get(axis, axis)
+    cmd = [sys.executable, "-m", "pip", "index", "versions", dist, "--disable-pip-version-check"]
     if pre:
         cmd.append("--pre")
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"listing {PACKAGES[axis]} releases with pip failed: {exc}; check pip's index settings (pip config list)") from None
+        raise InputError(f"listing {dist} releases with pip failed: {exc}; check pip's index settings (pip config list)") from None
     try:
         return parse_pip_index_versions(done.stdout)
     except ValueError:
         detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise InputError(f"pip index versions {PACKAGES[axis]} listed no releases ({detail[0][:200]}); check pip's index settings") from None
+        raise InputError(f"pip index versions {dist} listed no releases ({detail[0][:200]}); check pip's index settings") from None

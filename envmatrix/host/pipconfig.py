@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import configparser
 import os
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,15 @@ class PipSettings:
     index_url: str | None
     extra_index_urls: tuple[str, ...]
     find_links: tuple[str, ...]
+
+    def flags(self) -> list[str]:
+        """These settings as pip/uv flags: uv does not read pip's configuration, so it is handed them."""
+        flags = ["--index-url", self.index_url] if self.index_url else []
+        for url in self.extra_index_urls:
+            flags += ["--extra-index-url", url]
+        for link in self.find_links:
+            flags += ["--find-links", link]
+        return flags
 
 
 def _config_files() -> list[Path]:
@@ -76,3 +87,8 @@ def cpu_torch_install_args(version: str, settings: PipSettings | None = None) ->
     folder = local_torch_wheel(version, settings.find_links)
     source = ["--find-links", folder] if folder else ["--extra-index-url", torch_index_url("cpu")]
     return [f"torch=={version}+cpu", *source]
+
+
+def find_uv() -> str | None:
+    """The uv binary: on PATH, or installed beside this interpreter (pip install uv)."""
+    return shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))

@@ -1,20 +1,13 @@
-"""Pure expansion: a profile → cells (environment × scenario) with stable ids, statuses and reasons.
-
-Cells the catalog or an exclude rule rules out stay in the list as `skipped` with the reason; only
-the user's own select/skip patterns (matrix.yaml or --only/--skip) narrow the list.
-"""
+"""The units of a matrix: an environment (one value per axis) and a cell (a scenario in an environment),
+with stable, readable ids."""
 
 from __future__ import annotations
 
-import fnmatch
-import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..errors import InputError
-from ..facts import catalog, families, pkgconstraints
-from ..spec.matrix import AXES, Profile, Rule, Scenario, Spec
-from ..spec.patterns import PatternError, compile_selection
+from ..spec.matrix import AXES, Scenario
+from ..spec.patterns import compile_selection
 
 PLANNED = "planned"
 SKIPPED = "skipped"
@@ -78,6 +71,8 @@ class Cell:
     scenario: Scenario
     status: str = PLANNED
     reason: str = ""
+    #: The kinds of the skip reasons (plan/eligibility.py), in the order found.
+    kinds: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -96,6 +91,7 @@ class Cell:
             "expect": self.scenario.expect,
             "status": self.status,
             "reason": self.reason,
+            "kinds": list(self.kinds),
         }
 
 
@@ -103,53 +99,3 @@ def matches(cell_id: str, patterns: Iterable[str]) -> bool:
     """Whether a cell id matches any fnmatch pattern (braces expand: `*/{fp32,bf16}-sdpa`)."""
     compiled = compile_selection(patterns)
     return compiled is not None and compiled.match(cell_id) is not None
-
-
-def _rule_matches(rule: Rule, env: Environment, scenario: Scenario) -> bool:
-    values = {**env.axes(), **dict(env.packages), "scenario": scenario.name}
-    return all(any(fnmatch.fnmatchcase(values[key], p) for p in pats) for key, pats in rule.match)
-
-
-def environments(profile: Profile) -> list[Environment]:
-    """The cartesian product of the axes, then the include entries, without repeats, in a stable order."""
-    names = (*AXES, *profile.packages)
-    values = [*(profile.axes[a] for a in AXES), *profile.packages.values()]
-    product = [Environment.from_values(dict(zip(names, combo, strict=True))) for combo in itertools.product(*values)]
-    extra = [Environment.from_values(inc) for inc in profile.include]
-    return list(dict.fromkeys(product + extra))
-
-
-def expand(spec: Spec, profile_name: str, *, only: Iterable[str] = (), skip: Iterable[str] = (), gpu: str | None = None) -> list[Cell]:
-    """All cells of a profile, with catalog and exclude-rule skips, narrowed by select/skip patterns and GPU."""
-    profile = spec.profiles[profile_name]
-    try:
-        select = compile_selection((*profile.select, *only))
-        unselect = compile_selection((*profile.skip, *skip))
-    except PatternError as exc:
-        raise InputError(f"selection: {exc}") from None
-    cells: list[Cell] = []
-    for env in environments(profile):
-        if gpu is not None and env.gpu != gpu:
-            continue
-        # A wheelhouse may hold wheels the releases page lacks: its coverage is then checked at install time.
-        off_page = profile.build_from_source or "wheelhouse" in profile.flash_attn_sources
-        env_reasons = catalog.environment_reasons(**env.axes(), build_from_source=off_page)
-        for name in profile.scenarios:
-            scenario = spec.scenarios[name]
-            cell = Cell(env, scenario)
-            if select is not None and not select.match(cell.id):
-                continue
-            if unselect is not None and unselect.match(cell.id):
-                continue
-            reasons = list(env_reasons)
-            reasons += catalog.scenario_reasons(attn=scenario.attn, dtype=scenario.dtype, flash_attn=env.flash_attn, gpu=env.gpu)
-            if scenario.model in families.FAMILIES and (missing := families.missing_reason(scenario.model, env.transformers)):
-                reasons.append(missing)
-            reasons += pkgconstraints.cell_reasons(env, scenario)
-            for rule in profile.exclude:
-                if _rule_matches(rule, env, scenario):
-                    reasons.append(f"excluded by {rule.where}" + (f": {rule.reason}" if rule.reason else ""))
-            if reasons:
-                cell = Cell(env, scenario, SKIPPED, "; ".join(reasons))
-            cells.append(cell)
-    return cells

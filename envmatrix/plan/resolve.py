@@ -23,10 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..backends.venv import PEFT, find_uv, torch_requirement
 from ..errors import BackendError
-from ..host.pipconfig import PipSettings, read_pip_settings
+from ..host.pipconfig import PipSettings, find_uv
 from .cells import SKIPPED, Cell, Environment
+from .install import Sources, install_set
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -68,7 +68,7 @@ class Resolution:
 
 
 @dataclass
-class Outcome:
+class ResolveOutcome:
     """resolve_cells' result: cells with unresolvable environments skipped, answers per build id, and
     the indexes that could not be reached (their environments stay unchecked)."""
 
@@ -83,35 +83,6 @@ class IndexUnreachable(BackendError):
     def __init__(self, index: str, detail: str) -> None:
         self.index = index
         super().__init__(f"package index {index} could not be reached ({detail})")
-
-
-def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Requirement lines apart from `--flag value` pairs (the venv backend mixes them in one list)."""
-    reqs: list[str] = []
-    flags: list[str] = []
-    items = iter(args)
-    for arg in items:
-        if arg.startswith("--"):
-            flags += [arg, next(items)]
-        else:
-            reqs.append(arg)
-    return reqs, flags
-
-
-def environment_requirements(env: Environment, settings: PipSettings) -> tuple[list[str], list[str]]:
-    """What the venv backend would install (flash-attn aside: its wheel is a URL, see flashsource)."""
-    reqs, flags = split_args(torch_requirement(env, settings))
-    return [*reqs, f"transformers=={env.transformers}", PEFT], flags
-
-
-def settings_flags(settings: PipSettings) -> list[str]:
-    """pip's index settings for uv, which does not read pip.conf."""
-    flags = ["--index-url", settings.index_url] if settings.index_url else []
-    for url in settings.extra_index_urls:
-        flags += ["--extra-index-url", url]
-    for link in settings.find_links:
-        flags += ["--find-links", link]
-    return flags
 
 
 def compile_command(uv: str, env: Environment, flags: Sequence[str]) -> list[str]:
@@ -165,10 +136,11 @@ def _uv_environment() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith("UV_")}
 
 
-def env_flags(env: Environment, settings: PipSettings) -> tuple[list[str], list[str]]:
-    """Requirements and every index flag uv gets for this environment (pip's settings first)."""
-    reqs, flags = environment_requirements(env, settings)
-    return reqs, [*settings_flags(settings), *flags]
+def env_flags(env: Environment, sources: Sources) -> tuple[list[str], list[str]]:
+    """Requirements and every index flag uv gets for this environment: the install set the backends
+    install (plan/install.py), after pip's own settings."""
+    wanted = install_set(env, sources)
+    return wanted.requirements, [*sources.pip.flags(), *wanted.source_flags]
 
 
 def indexes_of(flags: Sequence[str], settings: PipSettings) -> list[str]:
@@ -192,9 +164,9 @@ def index_problem(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     return None
 
 
-def resolve_env(env: Environment, settings: PipSettings, *, uv: str, cache: Path | None) -> Resolution:
+def resolve_env(env: Environment, sources: Sources, *, uv: str, cache: Path | None) -> Resolution:
     """Resolve one environment (or read its cached answer); raises IndexUnreachable."""
-    reqs, flags = env_flags(env, settings)
+    reqs, flags = env_flags(env, sources)
     cmd = compile_command(uv, env, flags)
     key_src = {"v": CACHE_VERSION, "cmd": cmd[1:], "reqs": reqs, "uv_env": _uv_environment(), "uv": uv}
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
@@ -215,7 +187,7 @@ def resolve_env(env: Environment, settings: PipSettings, *, uv: str, cache: Path
     if done.returncode == 0:
         result = Resolution(True, parse_pylock(done.stdout))
     else:
-        index = unreachable_index(done.stderr, indexes_of(flags, settings))
+        index = unreachable_index(done.stderr, indexes_of(flags, sources.pip))
         if index is not None:
             raise IndexUnreachable(index, trim_reason(done.stderr).removeprefix("uv: ")[:200])
         if "No solution found" not in done.stderr and "not satisfiable" not in done.stderr:
@@ -229,7 +201,7 @@ def resolve_env(env: Environment, settings: PipSettings, *, uv: str, cache: Path
     return result
 
 
-def resolve_cells(cells: Sequence[Cell], settings: PipSettings | None = None, *, cache: Path | None = None, jobs: int = 4) -> Outcome:
+def resolve_cells(cells: Sequence[Cell], sources: Sources, *, cache: Path | None = None, jobs: int = 4) -> ResolveOutcome:
     """Resolve every environment of the planned cells; unresolvable ones become skipped with the resolver's reason.
 
     Call it before a run builds anything. Unreachable indexes leave their environments' cells as
@@ -238,11 +210,10 @@ def resolve_cells(cells: Sequence[Cell], settings: PipSettings | None = None, *,
     uv = find_uv()
     if uv is None:
         raise BackendError("resolving needs uv, which is not installed: python3 -m pip install uv (or pass --no-resolve)")
-    settings = settings or read_pip_settings()
     cache = cache if cache is not None else cache_dir_default()
     envs = {c.env.build_id: c.env for c in cells if c.status != SKIPPED}
-    outcome = Outcome(list(cells))
-    needs = {bid: indexes_of(env_flags(env, settings)[1], settings) for bid, env in envs.items()}
+    outcome = ResolveOutcome(list(cells))
+    needs = {bid: indexes_of(env_flags(env, sources)[1], sources.pip) for bid, env in envs.items()}
     unique = sorted({url for urls in needs.values() for url in urls})
     with ThreadPoolExecutor(max_workers=8) as pool:
         problems = {url: p for url, p in zip(unique, pool.map(index_problem, unique), strict=True) if p}
@@ -254,7 +225,7 @@ def resolve_cells(cells: Sequence[Cell], settings: PipSettings | None = None, *,
 
     def one(env: Environment) -> tuple[str, Resolution | IndexUnreachable]:
         try:
-            return env.build_id, resolve_env(env, settings, uv=uv, cache=cache)
+            return env.build_id, resolve_env(env, sources, uv=uv, cache=cache)
         except IndexUnreachable as exc:
             return env.build_id, exc
 
@@ -271,7 +242,7 @@ def resolve_cells(cells: Sequence[Cell], settings: PipSettings | None = None, *,
     return outcome
 
 
-def unreachable_error(outcome: Outcome) -> BackendError:
+def unreachable_error(outcome: ResolveOutcome) -> BackendError:
     """One error naming every index that did not answer and the environments left unchecked."""
     indexes = sorted(set(outcome.unreachable.values()))
     return BackendError(

@@ -31,6 +31,7 @@ from ..facts import catalog, elfarch
 from ..outputs.summary import cell_text
 from ..plan.builds import Build, builds
 from ..plan.cells import SKIPPED, Cell
+from ..plan.eligibility import host_reasons
 from ..records.outcomes import glyph
 from ..records.record import (
     LogRef,
@@ -221,8 +222,8 @@ class Runner:
             log = self.build_log(build)
             verdict = classify(gather(None, log, exit_code=None, build_failed=str(ready)))
             return self.new_record(cell, "build_failed", verdict, started=started, log=LogRef(str(log), log_tail(log)))
-        if self.gpus is not None and cell.scenario.world_size > self.gpu_count:
-            return self.skipped(cell, f"needs {cell.scenario.world_size} GPUs; this runner has {self.gpu_count}", "runner")
+        if self.gpus is not None and (lacking := host_reasons(cell.env, cell.scenario, self.gpu_count)):
+            return self.skipped(cell, "; ".join(r.text for r in lacking), "runner")
         missing = _kernels_missing(ready, cell)
         if missing is not None:  # the wheel cannot run here: say so before any training starts
             return self.new_record(cell, "done", decided("unsupported_gpu", missing, "elf_archs"), started=started, build=build_facts(ready.facts))

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from envmatrix.backends.docker import CPU_BASE, DockerBackend, connect
+from envmatrix.backends.docker import DockerBackend, connect
 from envmatrix.errors import BackendError
+from envmatrix.facts.catalog import CPU_BASE_IMAGE as CPU_BASE
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,7 +27,7 @@ import envmatrix.run.forkclient as forkclient
 from bench.bench_fork import comparable, differences
 from envmatrix.backends import Prepared
 from envmatrix.backends.host import HostBackend
-from envmatrix.plan.cells import expand
+from envmatrix.plan.expand import expand
 from envmatrix.run.forkclient import Helper
 from envmatrix.run.runner import Paths, Runner
 from envmatrix.spec.matrix import load
@@ -243,7 +243,8 @@ def test_forked_ranks_see_what_torchrun_workers_see(tmp_path: Path) -> None:
 def test_docker_cells_are_forked_in_a_helper_container(tmp_path: Path) -> None:
     """On the real engine: one helper container forks the cells; exit statuses read as a container's own
     (128+N); the timeout still kills from outside; no container outlives the run."""
-    from envmatrix.backends.docker import CPU_BASE, connect
+    from envmatrix.backends.docker import connect
+    from envmatrix.facts.catalog import CPU_BASE_IMAGE as CPU_BASE
 
     try:
         client = connect()

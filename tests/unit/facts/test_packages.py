@@ -12,12 +12,14 @@ import pytest
 from conftest import problems
 from records_factory import make_record
 
-from envmatrix.backends.venv import PEFT, VenvBackend, package_requirements
+from envmatrix.backends.venv import VenvBackend
 from envmatrix.facts import pkgconstraints
 from envmatrix.host.pipconfig import PipSettings
 from envmatrix.outputs import lock
 from envmatrix.outputs.report import flat_row
-from envmatrix.plan.cells import PLANNED, SKIPPED, Environment, expand
+from envmatrix.plan.cells import PLANNED, SKIPPED, Environment
+from envmatrix.plan.expand import expand
+from envmatrix.plan.install import DEFAULT_PEFT, Sources, package_pins
 from envmatrix.records.record import Record, RecordError, cell_info
 from envmatrix.spec.matrix import load
 
@@ -111,12 +113,15 @@ def env(transformers: str = "4.57.6", python: str = "3.11", torch: str = "2.13.0
     return Environment("none", torch, transformers, "none", "cpu", python, tuple(sorted(packages.items())))
 
 
+PEFT = f"peft=={DEFAULT_PEFT}"
+
+
 def test_requirements_pin_the_packages() -> None:
-    assert package_requirements(env()) == [PEFT]
-    assert package_requirements(env(trl="1.16.0", accelerate="none")) == [PEFT, "trl==1.16.0"]
-    assert package_requirements(env(peft="0.15.2")) == ["peft==0.15.2"]
-    assert package_requirements(env(peft="none")) == []
-    backend = VenvBackend(Path("/nonexistent"), use_uv=False, settings=PipSettings(None, (), ()))
+    assert package_pins(env()) == [PEFT]
+    assert package_pins(env(trl="1.16.0", accelerate="none")) == [PEFT, "trl==1.16.0"]
+    assert package_pins(env(peft="0.15.2")) == ["peft==0.15.2"]
+    assert package_pins(env(peft="none")) == []
+    backend = VenvBackend(Path("/nonexistent"), use_uv=False, sources=Sources(PipSettings(None, (), ())))
     assert "trl==0.19.1" in backend.requirements(env(trl="0.19.1"))
     assert backend.inputs_key(env(trl="0.19.1")) != backend.inputs_key(env(trl="1.16.0"))
 
@@ -220,8 +225,8 @@ def test_lock_of_a_trl_environment_pins_trl(tmp_path: Path, monkeypatch: pytest.
 def test_image_build_args_pin_the_packages(tmp_path: Path) -> None:
     from envmatrix.backends.docker import DockerBackend
 
-    backend = DockerBackend(client=object(), settings=PipSettings(None, (), ()))
-    assert backend.build_args(env(trl="1.16.0"), tmp_path)["PACKAGES"] == f"{PEFT} trl==1.16.0"
-    assert backend.build_args(env(), tmp_path)["PACKAGES"] == PEFT
+    backend = DockerBackend(client=object(), sources=Sources(PipSettings(None, (), ())))
+    assert backend.build_args(env(trl="1.16.0"))["PACKAGES"] == f"{PEFT} trl==1.16.0"
+    assert backend.build_args(env())["PACKAGES"] == PEFT
     dockerfile = (Path(__file__).resolve().parents[3] / "dockerfiles" / "probe.Dockerfile").read_text()
     assert "ARG PACKAGES=" in dockerfile and "COPY probes/ /opt/envmatrix/probes/" in dockerfile  # the whole probe package, trl_trainer.py included

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envmatrix.plan import builds as plan
-from envmatrix.plan.cells import SKIPPED, expand, matches
+from envmatrix.plan.cells import SKIPPED, matches
+from envmatrix.plan.expand import expand
 from envmatrix.spec.matrix import load
 from envmatrix.spec.patterns import MAX_EXPANSIONS, PatternError, check, compile_selection, expand_braces
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from envmatrix.host.pipconfig import PipSettings
 from envmatrix.plan import resolve
 from envmatrix.plan.cells import Environment
+from envmatrix.plan.install import Sources
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 CPU = Environment("none", "2.13.0", "4.57.6", "none", "cpu", "3.11")
@@ -44,22 +45,19 @@ def test_unreachable_index_is_named() -> None:
 
 
 def test_requirements_match_the_venv_backend() -> None:
-    reqs, flags = resolve.environment_requirements(CPU, SETTINGS)
+    reqs, flags = resolve.env_flags(CPU, Sources(SETTINGS))
     assert reqs == ["torch==2.13.0+cpu", "transformers==4.57.6", "peft==0.21.2"]
-    assert flags[0] in ("--find-links", "--extra-index-url")  # the local CPU wheel, else PyTorch's CPU index
+    assert flags[: len(SETTINGS.flags())] == SETTINGS.flags()  # the user's own settings first
+    assert flags[len(SETTINGS.flags())] in ("--find-links", "--extra-index-url")  # the local CPU wheel, else PyTorch's CPU index
     cuda = Environment("13.0", "2.14.0", "5.23.0", "none", "B200", "3.12")
-    reqs, flags = resolve.environment_requirements(cuda, SETTINGS)
-    assert reqs[0] == "torch==2.14.0" and flags == ["--extra-index-url", "https://download.pytorch.org/whl/cu130"]
+    reqs, flags = resolve.env_flags(cuda, Sources(SETTINGS))
+    assert reqs[0] == "torch==2.14.0" and flags[-2:] == ["--extra-index-url", "https://download.pytorch.org/whl/cu130"]
 
 
 def test_compile_command_targets_the_environment() -> None:
-    cmd = resolve.compile_command("uv", CPU, resolve.settings_flags(SETTINGS))
+    cmd = resolve.compile_command("uv", CPU, SETTINGS.flags())
     assert cmd[:4] == ["uv", "pip", "compile", "-"]
     assert cmd[cmd.index("--python-version") + 1] == "3.11"
     assert cmd[cmd.index("--python-platform") + 1] == resolve.PYTHON_PLATFORM
     assert cmd[cmd.index("--format") + 1] == "pylock.toml"
     assert cmd[cmd.index("--find-links") : cmd.index("--find-links") + 2] == ["--find-links", "/opt/wheels"]
-
-
-def test_split_args() -> None:
-    assert resolve.split_args(["torch==1", "--find-links", "/w", "x"]) == (["torch==1", "x"], ["--find-links", "/w"])

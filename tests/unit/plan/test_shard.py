@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envmatrix.plan.cells import PLANNED, SKIPPED, Cell, Environment, expand
+from envmatrix.plan.cells import PLANNED, SKIPPED, Cell, Environment
+from envmatrix.plan.expand import expand
 from envmatrix.plan.shard import cell_cost, groups, shard, shard_load
 from envmatrix.spec.matrix import Scenario, load
 

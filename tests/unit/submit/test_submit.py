@@ -16,7 +16,7 @@ import yaml
 
 from envmatrix.cli import main
 from envmatrix.errors import InputError, SpecError
-from envmatrix.plan.cells import expand
+from envmatrix.plan.expand import expand
 from envmatrix.plan.shard import shard
 from envmatrix.spec.matrix import load
 from envmatrix.submit import Fanout, fanout, github, k8s, slurm

@@ -1,0 +1,86 @@
+"""THE eligibility: whether a cell runs, and every reason it does not.
+
+plan, run, bisect, doctor, submit and preflight all judge a cell here, so a cell skipped in one is
+skipped in all with the same words. Each reason has a kind, so reports can tell a compatibility
+fact (`catalog`, `packages`, `family`, `host`, `resolver`) from a cell that is not applicable by the
+profile's design (`needs`: the scenario needs a package the environment does not install;
+`excluded`: an exclude rule of the profile).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from ..facts import catalog, families, pkgconstraints
+from ..spec.matrix import Profile, Rule, Scenario
+from .cells import PLANNED, SKIPPED, Cell, Environment
+
+CATALOG = "catalog"  # no wheel, no kernels, no build for this combination (facts/catalog.py)
+PACKAGES = "packages"  # a pinned package's own metadata rules the environment out
+FAMILY = "family"  # the model family is not in this transformers release
+NEEDS = "needs"  # the scenario needs a package this environment does not install
+EXCLUDED = "excluded"  # an exclude rule of the profile
+HOST = "host"  # this runner cannot give the cell what it needs (GPUs)
+RESOLVER = "resolver"  # the package indexes cannot satisfy the environment's pins
+KINDS = (CATALOG, PACKAGES, FAMILY, NEEDS, EXCLUDED, HOST, RESOLVER)
+#: Kinds that say a cell does not apply by the profile's design rather than that something is incompatible.
+NOT_APPLICABLE = (NEEDS, EXCLUDED)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a cell does not run: its kind and the words a user acts on."""
+
+    kind: str
+    text: str
+
+
+def environment_reasons(profile: Profile, env: Environment) -> list[Reason]:
+    """Why an environment cannot be built as declared: the catalog, then the pinned packages' metadata."""
+    # A wheelhouse may hold wheels the releases page lacks: its coverage is then checked at install time.
+    off_page = profile.build_from_source or "wheelhouse" in profile.flash_attn_sources
+    reasons = [Reason(CATALOG, r) for r in catalog.environment_reasons(**env.axes(), build_from_source=off_page)]
+    return reasons + [Reason(PACKAGES, r) for r in pkgconstraints.environment_reasons(env)]
+
+
+def scenario_reasons(profile: Profile, env: Environment, scenario: Scenario) -> list[Reason]:
+    """Why a scenario cannot run in an (installable) environment: hardware, family, needed packages, exclude rules."""
+    reasons = [Reason(CATALOG, r) for r in catalog.scenario_reasons(attn=scenario.attn, dtype=scenario.dtype, flash_attn=env.flash_attn, gpu=env.gpu)]
+    if scenario.model in families.FAMILIES and (missing := families.missing_reason(scenario.model, env.transformers)):
+        reasons.append(Reason(FAMILY, missing))
+    reasons += [Reason(NEEDS, r) for r in pkgconstraints.scenario_reasons(env, scenario)]
+    for rule in profile.exclude:
+        if rule_matches(rule, env, scenario):
+            reasons.append(Reason(EXCLUDED, f"excluded by {rule.where}" + (f": {rule.reason}" if rule.reason else "")))
+    return reasons
+
+
+def host_reasons(env: Environment, scenario: Scenario, gpu_count: int | None) -> list[Reason]:
+    """What this runner lacks for the cell: GPUs for its ranks (on the CPU, ranks share it over gloo).
+    `gpu_count` None: not judged for a host (planning for another machine)."""
+    if gpu_count is None or env.gpu == "cpu" or scenario.world_size <= gpu_count:
+        return []
+    return [Reason(HOST, f"needs {scenario.world_size} GPUs; this runner has {gpu_count}")]
+
+
+def judge(
+    profile: Profile, env: Environment, scenario: Scenario, *, gpu_count: int | None = None, installed: bool = False, env_reasons: list[Reason] | None = None
+) -> Cell:
+    """The cell of a scenario in an environment: planned, or skipped with every reason and its kinds.
+    `installed`: the environment exists already (doctor), so whether it could be built is not asked;
+    `env_reasons`: environment_reasons(profile, env) when the caller judges many scenarios of one environment."""
+    if installed:
+        env_reasons = []
+    elif env_reasons is None:
+        env_reasons = environment_reasons(profile, env)
+    found = env_reasons + scenario_reasons(profile, env, scenario) + host_reasons(env, scenario, gpu_count)
+    if not found:
+        return Cell(env, scenario, PLANNED)
+    return Cell(env, scenario, SKIPPED, "; ".join(r.text for r in found), tuple(dict.fromkeys(r.kind for r in found)))
+
+
+def rule_matches(rule: Rule, env: Environment, scenario: Scenario) -> bool:
+    """Whether an include/exclude rule matches a cell (fnmatch patterns over axes, packages and the scenario)."""
+    values = {**env.axes(), **dict(env.packages), "scenario": scenario.name}
+    return all(any(fnmatch.fnmatchcase(values.get(key, "none"), p) for p in pats) for key, pats in rule.match)

@@ -1,0 +1,51 @@
+"""Pure expansion: a profile → cells (environment × scenario) with stable ids, statuses and reasons.
+
+Cells the eligibility rules out stay in the list as `skipped` with the reason; only the user's own
+select/skip patterns (matrix.yaml or --only/--skip) and the GPU narrow the list.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+from ..errors import InputError
+from ..spec.matrix import AXES, Profile, Spec
+from ..spec.patterns import PatternError, compile_selection
+from .cells import Cell, Environment
+from .eligibility import environment_reasons, judge
+
+
+def environments(profile: Profile) -> list[Environment]:
+    """The cartesian product of the axes, then the include entries, without repeats, in a stable order."""
+    names = (*AXES, *profile.packages)
+    values = [*(profile.axes[a] for a in AXES), *profile.packages.values()]
+    product = [Environment.from_values(dict(zip(names, combo, strict=True))) for combo in itertools.product(*values)]
+    extra = [Environment.from_values(inc) for inc in profile.include]
+    return list(dict.fromkeys(product + extra))
+
+
+def expand(
+    spec: Spec, profile_name: str, *, only: Iterable[str] = (), skip: Iterable[str] = (), gpu: str | None = None, gpu_count: int | None = None
+) -> list[Cell]:
+    """All cells of a profile judged by the one eligibility, narrowed by select/skip patterns and GPU type.
+    `gpu_count`: this host's GPUs, when the plan is for this host (None: for any host)."""
+    profile = spec.profiles[profile_name]
+    try:
+        select = compile_selection((*profile.select, *only))
+        unselect = compile_selection((*profile.skip, *skip))
+    except PatternError as exc:
+        raise InputError(f"selection: {exc}") from None
+    cells: list[Cell] = []
+    for env in environments(profile):
+        if gpu is not None and env.gpu != gpu:
+            continue
+        env_reasons = None
+        for name in profile.scenarios:
+            scenario = spec.scenarios[name]
+            cell_id = Cell(env, scenario).id
+            if (select is not None and not select.match(cell_id)) or (unselect is not None and unselect.match(cell_id)):
+                continue
+            env_reasons = environment_reasons(profile, env) if env_reasons is None else env_reasons
+            cells.append(judge(profile, env, scenario, gpu_count=gpu_count, env_reasons=env_reasons))
+    return cells

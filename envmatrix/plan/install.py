@@ -1,0 +1,118 @@
+"""THE install set: an environment's exact requirements and where each comes from.
+
+Everything that installs, resolves, locks or bisects an environment asks this module, so what
+`plan --resolve` proves is what the venv and docker backends install. The set is a function of the
+environment's axes, the profile's source choices (flash-attn sources, wheelhouse, base images,
+source builds) and the user's pip settings (mirrors, find-links): nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..facts import catalog, flashsource
+from ..host.pipconfig import PipSettings, cpu_torch_install_args, read_pip_settings, torch_index_url
+from ..spec.matrix import Profile
+from .cells import Environment
+
+#: peft where the profile declares no peft axis: the probe's LoRA scenarios need it, and an unpinned
+#: peft would make the environment a function of the day it was built.
+DEFAULT_PEFT = "0.21.2"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where an environment's files may come from: the profile's choices and the user's pip settings."""
+
+    pip: PipSettings
+    flash_attn: tuple[str, ...] = flashsource.DEFAULT_SOURCES
+    wheelhouse: Path | None = None
+    base_images: dict[str, str] = field(default_factory=dict)
+    build_from_source: bool = False
+
+    @classmethod
+    def of(cls, profile: Profile, base: Path = Path("."), pip: PipSettings | None = None) -> Sources:
+        """A profile's sources; its wheelhouse is relative to the matrix file's folder `base`."""
+        return cls(
+            pip=pip or read_pip_settings(),
+            flash_attn=profile.flash_attn_sources,
+            wheelhouse=(base / profile.wheelhouse) if profile.wheelhouse else None,
+            base_images=dict(profile.base_images),
+            build_from_source=profile.build_from_source,
+        )
+
+
+@dataclass(frozen=True)
+class FlashAttn:
+    """flash-attn: its file depends on the installed torch's C++ ABI, so it is picked after torch is in
+    (the wheel names for both ABIs are known now), from the profile's sources in their order."""
+
+    release: str
+    sources: tuple[str, ...]
+    wheel_abi_true: str
+    wheel_abi_false: str
+
+
+@dataclass(frozen=True)
+class InstallSet:
+    """An environment's requirements: torch from its own source, every other pin, flash-attn apart."""
+
+    build_id: str
+    python: str
+    torch: str  # `torch==2.13.0+cpu`: exact, a bare torch could pull a CUDA build
+    torch_index: str | None  # PyTorch's wheel index for this build, unless a local folder has the wheel
+    torch_find_links: str | None  # a local folder (pip's find-links) holding the CPU wheel
+    pins: tuple[str, ...]  # transformers, peft (default or axis), every extra package: `name==version`
+    flash_attn: FlashAttn | None
+    base_image: str | None  # the docker backend's base; None where the catalog knows no image
+
+    @property
+    def requirements(self) -> list[str]:
+        """Every requirement line a resolver or installer gets (flash-attn aside: see FlashAttn)."""
+        return [self.torch, *self.pins]
+
+    @property
+    def source_flags(self) -> list[str]:
+        """Where torch comes from, as pip/uv flags (after the user's own index settings)."""
+        if self.torch_find_links:
+            return ["--find-links", self.torch_find_links]
+        return ["--extra-index-url", self.torch_index] if self.torch_index else []
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form (`plan --format json`, build facts)."""
+        flash = None
+        if self.flash_attn is not None:
+            f = self.flash_attn
+            flash = {"release": f.release, "sources": list(f.sources), "wheels": {"cxx11abi_true": f.wheel_abi_true, "cxx11abi_false": f.wheel_abi_false}}
+        return {"requirements": self.requirements, "source_flags": self.source_flags, "flash_attn": flash, "base_image": self.base_image}
+
+
+def package_pins(env: Environment) -> list[str]:
+    """peft (the profile's axis when it declares one, `none` leaves it out) and every extra package, pinned."""
+    pins = [] if "peft" in dict(env.packages) else [f"peft=={DEFAULT_PEFT}"]
+    return pins + [f"{name}=={version}" for name, version in env.packages if version != "none"]
+
+
+def base_image(env: Environment, sources: Sources) -> str | None:
+    """The profile's own base image for this CUDA version, else the catalog's (a toolkit only where
+    flash-attn may be built from source)."""
+    if env.cuda in sources.base_images:
+        return sources.base_images[env.cuda]
+    toolkit = env.flash_attn != "none" and (sources.build_from_source or flashsource.SDIST in sources.flash_attn)
+    return catalog.base_image(env.cuda, toolkit=toolkit)
+
+
+def install_set(env: Environment, sources: Sources) -> InstallSet:
+    """THE requirements of an environment."""
+    if env.cuda == "none":
+        torch, flag, where = cpu_torch_install_args(env.torch, sources.pip)
+        folder, index = (where, None) if flag == "--find-links" else (None, where)
+    else:
+        torch, folder, index = f"torch=={env.torch}", None, torch_index_url(env.cuda_tag)
+    flash = None
+    if env.flash_attn != "none" and env.cuda != "none":  # a CPU build with flash-attn is skipped by the catalog
+        names = {flag: catalog.flash_wheel_name(env.flash_attn, env.torch, env.cuda, env.python, abi_flag=flag) for flag in (True, False)}
+        flash = FlashAttn(env.flash_attn, sources.flash_attn, names[True], names[False])
+    pins = (f"transformers=={env.transformers}", *package_pins(env))
+    return InstallSet(env.build_id, env.python, torch, index, folder, pins, flash, base_image(env, sources))

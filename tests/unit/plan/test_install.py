@@ -1,0 +1,126 @@
+"""THE install set: what `plan --resolve` resolves is what the venv backend installs, for every
+environment of the shipped profiles, and the docker backend's build arguments come from the same set."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envmatrix.backends.docker import DockerBackend
+from envmatrix.backends.venv import VenvBackend
+from envmatrix.host.pipconfig import PipSettings
+from envmatrix.plan import resolve
+from envmatrix.plan.builds import builds
+from envmatrix.plan.cells import Environment
+from envmatrix.plan.expand import expand
+from envmatrix.plan.install import DEFAULT_PEFT, Sources, install_set
+from envmatrix.spec.matrix import load
+
+ROOT = Path(__file__).resolve().parents[3]
+SPEC = load(ROOT / "matrix.yaml")
+#: A mirror, an extra index and a find-links folder, as a corporate pip.conf sets them.
+SETTINGS = PipSettings("https://mirror.example/simple", ("https://extra.example/simple",), ("/opt/wheels",))
+
+
+def split(args: list[str]) -> tuple[Counter[str], Counter[tuple[str, str]]]:
+    """Requirement lines and (flag, value) pairs of an install or resolve command's arguments."""
+    reqs: Counter[str] = Counter()
+    flags: Counter[tuple[str, str]] = Counter()
+    items = iter(args)
+    for arg in items:
+        if arg in ("--index-url", "--extra-index-url", "--find-links"):
+            flags[(arg, next(items))] += 1
+        elif not arg.startswith("-"):
+            reqs[arg] += 1
+    return reqs, flags
+
+
+def installed_by_venv(env: Environment, sources: Sources, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter[str], Counter[tuple[str, str]]]:
+    """The arguments of the venv backend's real install step, with the step itself not run."""
+    seen: list[list[str]] = []
+    monkeypatch.setattr("envmatrix.backends.venv._step", lambda name, cmd, out: seen.append(cmd))
+    backend = VenvBackend(Path("/nonexistent"), use_uv=None, sources=sources)
+    backend.uv = "uv"  # the uv command line is the one compared (pip reads pip.conf by itself)
+    backend._install(env, Path("/nonexistent/bin/python"), io.BytesIO())
+    (cmd,) = seen
+    return split(cmd[cmd.index("unsafe-best-match") + 1 :])
+
+
+def resolved(env: Environment, sources: Sources, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter[str], Counter[tuple[str, str]]]:
+    """What `plan --resolve` hands uv for the environment: the requirements on stdin, the index flags."""
+    calls: list[tuple[list[str], str]] = []
+
+    def fake_run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append((cmd, kw["input"]))
+        return subprocess.CompletedProcess(cmd, 0, 'lock-version = "1.0"\ncreated-by = "uv"\n', "")
+
+    monkeypatch.setattr(resolve.subprocess, "run", fake_run)
+    resolve.resolve_env(env, sources, uv="uv", cache=None)
+    ((cmd, stdin),) = calls
+    reqs, _ = split(stdin.split())
+    _, flags = split(cmd[cmd.index("unsafe-best-match") + 1 :])
+    return reqs, flags
+
+
+@pytest.mark.parametrize("profile", ["gpu", "cpu"])
+def test_resolve_checks_what_the_venv_backend_installs(profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = Sources.of(SPEC.profiles[profile], ROOT, SETTINGS)
+    envs = [b.env for b in builds(expand(SPEC, profile))]
+    assert envs, f"profile {profile} plans no environment"
+    for env in envs:
+        venv = installed_by_venv(env, sources, monkeypatch)
+        assert resolved(env, sources, monkeypatch) == venv, env.build_id
+        reqs = venv[0]
+        assert reqs[f"transformers=={env.transformers}"] == 1 and any(r.startswith(f"torch=={env.torch}") for r in reqs)
+        for name, version in env.packages:  # every extra package axis is pinned (none: not installed)
+            assert (reqs[f"{name}=={version}"] == 1) == (version != "none"), (env.build_id, name)
+        assert any(r.startswith("peft==") for r in reqs) == (("peft", "none") not in env.packages)  # the default pin unless declared none
+
+
+def test_the_trl_environments_of_the_cpu_profile_resolve_trl(monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = Sources.of(SPEC.profiles["cpu"], ROOT, SETTINGS)
+    with_trl = [b.env for b in builds(expand(SPEC, "cpu")) if b.env.package("trl") != "none"]
+    assert len(with_trl) >= 2
+    for env in with_trl:
+        reqs, _ = resolved(env, sources, monkeypatch)
+        assert reqs[f"trl=={env.package('trl')}"] == 1
+
+
+def test_pip_settings_come_first_then_torchs_own_source() -> None:
+    cpu = Environment("none", "2.13.0", "4.57.6", "none", "cpu", "3.11")
+    _, flags = resolve.env_flags(cpu, Sources(SETTINGS))
+    assert flags[: len(SETTINGS.flags())] == SETTINGS.flags()
+    cuda = install_set(Environment("13.2", "2.15.0", "5.23.0", "none", "B200", "3.12"), Sources(SETTINGS))
+    assert cuda.torch == "torch==2.15.0" and cuda.source_flags == ["--extra-index-url", "https://download.pytorch.org/whl/cu132"]
+    assert cuda.requirements == ["torch==2.15.0", "transformers==5.23.0", f"peft=={DEFAULT_PEFT}"]
+
+
+def test_docker_build_args_come_from_the_install_set() -> None:
+    sources = Sources.of(SPEC.profiles["gpu"], ROOT, SETTINGS)
+    backend = DockerBackend(client=object(), sources=sources)
+    for build in builds(expand(SPEC, "gpu")):
+        wanted = install_set(build.env, sources)
+        args = backend.build_args(build.env)
+        assert args["BASE_IMAGE"] == wanted.base_image and args["TORCH_REQUIREMENT"] == wanted.torch
+        assert args["TORCH_INDEX_URL"] == (wanted.torch_index or "")
+        assert ["transformers==" + args["TRANSFORMERS"], *args["PACKAGES"].split()] == list(wanted.pins)
+        if wanted.flash_attn is not None:
+            assert (args["FLASH_WHEEL_ABI_TRUE"], args["FLASH_WHEEL_ABI_FALSE"]) == (wanted.flash_attn.wheel_abi_true, wanted.flash_attn.wheel_abi_false)
+
+
+def test_base_images_come_from_the_catalog_for_every_cuda_build() -> None:
+    sources = Sources(SETTINGS)
+    for build in builds(expand(SPEC, "gpu")):
+        image = install_set(build.env, sources).base_image
+        assert image is not None and build.env.cuda in image, build.build_id  # CUDA 13.2 included
+        assert "devel" not in image, f"{build.build_id}: a toolkit image although nothing is compiled"
+    source_build = Sources(SETTINGS, flash_attn=("sdist",), build_from_source=True)
+    flash = Environment("12.8", "2.8.0", "4.57.6", "2.8.3", "H100", "3.12")
+    assert "cudnn-devel" in str(install_set(flash, source_build).base_image)
+    assert install_set(flash, Sources(SETTINGS, base_images={"12.8": "registry.example/cuda:12.8"})).base_image == "registry.example/cuda:12.8"
+    assert install_set(Environment("12.3", "2.8.0", "4.57.6", "none", "H100", "3.12"), sources).base_image is None
