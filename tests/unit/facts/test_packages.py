@@ -168,7 +168,7 @@ def test_vllm_scenario_needs_a_gpu_and_vllm(matrix: Make) -> None:
 
     cells = expand(load(matrix(edit)), "gpu")
     reasons = {c.reason for c in cells if c.scenario.name == "trl-vllm"}
-    assert all("no vllm package" in r for r in reasons)
+    assert all("needs the vllm package" in r for r in reasons)
 
 
 # ---- records, report rows, lock --------------------------------------------------------------------------
