@@ -73,11 +73,10 @@ def check_held(profile: Profile, held: dict[str, str], axis: str) -> None:
     for name, value in held.items():
         if name == axis:
             problems.append(f"--set {name}={value}: {name} is the axis being bisected; drop it or bisect another axis")
+        elif name == "gpu":
+            problems.append(f"--set gpu={value}: the GPU type is where the cells run, not a release: pass --gpu {value}")
         elif name in AXIS_CHECKS:
-            problem = AXIS_CHECKS[name](value)
-            if problem is None and name == "gpu":
-                problem = None if value in profile.axes["gpu"] else f"profile '{profile.name}' has no GPU type {value}; pass --gpu"
-            if problem:
+            if problem := AXIS_CHECKS[name](value):
                 problems.append(f"--set {name}={value}: {problem}")
         elif problem := check_package_name(name) or check_package_version(value):
             problems.append(f"--set {name}={value}: {problem}")

@@ -161,6 +161,7 @@ def test_run_exit_status_when_every_build_failed(tmp_path: Path, monkeypatch: py
     """README: 3 when no environment could be prepared. Decided from the records the runner returns
     (the runner itself is faked here: what is tested is the command's mapping to an exit status)."""
     from envmatrix import cli
+    from envmatrix.cli import run as run_command
     from envmatrix.run.runner import RunReport
 
     records = []
@@ -177,6 +178,6 @@ def test_run_exit_status_when_every_build_failed(tmp_path: Path, monkeypatch: py
                 write_record(tmp_path / "reports" / "results" / f"{rec.id.replace('/', '__')}.json", rec)
             return RunReport(records=records, ran=len(records))
 
-    monkeypatch.setattr(cli, "Runner", FakeRunner)
+    monkeypatch.setattr(run_command, "Runner", FakeRunner)
     code = cli.main(["run", "--file", MATRIX, "--profile", "cpu", "--backend", "host", "--gpu", "cpu", "--reports", str(tmp_path / "reports")])
     assert code == expected

@@ -164,7 +164,7 @@ def planned_ids(folder: Path) -> set[str]:
         text=True,
         check=True,
     ).stdout
-    return {c["id"] for c in json.loads(out)}
+    return {c["id"] for c in json.loads(out)["cells"]}
 
 
 def record_files(folder: Path) -> dict[str, float]:

@@ -64,8 +64,7 @@ def test_trl_cells_train_classify_and_lock(tmp_path: Path) -> None:
     path = matrix(tmp_path)
     code, out = envmatrix("plan", "--file", str(path), "--format", "json", cwd=tmp_path)
     assert code == 0, out
-    planned = json.loads(out)
-    cells = planned["cells"] if isinstance(planned, dict) else planned
+    cells = json.loads(out)["cells"]
     old = [c for c in cells if c["transformers"] == "4.51.3"]
     assert old and all(c["status"] == "skipped" and f"trl {TRL} requires transformers>=" in c["reason"] for c in old)
 

@@ -83,7 +83,7 @@ def test_bisect_set_is_validated() -> None:
         ({"transformers": "5.0.0"}, "is the axis being bisected"),
         ({"trl": "1.0;rm"}, "trl=1.0;rm"),
         ({"Bad_Name": "1.0"}, "not a package name"),
-        ({"gpu": "H100"}, "no GPU type H100"),
+        ({"gpu": "H100"}, "pass --gpu H100"),
         ({"python": "three"}, "not a Python version"),
     ):
         try:

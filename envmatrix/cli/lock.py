@@ -1,0 +1,35 @@
+"""`envmatrix lock`: a pinned, hashed lockfile for a vetted environment."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import InputError
+from ..outputs.lock import write_lock
+from ..records.record import load_records
+from . import options
+from .common import warn
+
+
+def add_parser(sub: options.Subparsers) -> None:
+    p = sub.add_parser("lock", help="write a pinned, hashed lockfile for a vetted environment")
+    p.add_argument("env", nargs="?", default=None, help="environment id, e.g. cpu-torch2.13.0-tf5.23.0-fanone-cpu-py3.11")
+    p.add_argument("--best", default=None, metavar="GPU", help="lock the newest vetted environment for this GPU type")
+    options.RESULTS.add(p)
+    p.add_argument("--out", default="reports", help="output folder; the lock goes to OUT/locks/<env>/")
+    p.add_argument(
+        "--trust-record-indexes", action="store_true", help="look files up on the package sources a record names even where they differ from your pip settings"
+    )
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Write a lockfile for a vetted environment (or the newest vetted one for a GPU type)."""
+    if not args.env and not args.best:
+        raise InputError("name an environment id (see the report's vetted list) or --best GPU")
+    folders = [Path(f) for f in options.results_folders(args.results)]
+    records = load_records(*folders, warn=warn)
+    folder = write_lock(records, Path(args.out), env_id=args.env, best_gpu=args.best, trust_record_indexes=args.trust_record_indexes)
+    print(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json")
+    return 0

@@ -1,0 +1,87 @@
+"""`envmatrix submit`: the matrix fanned out on Slurm arrays, GitHub Actions runners or Kubernetes Indexed Jobs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..errors import InputError
+from ..submit import SubmitError, fanout, write_files
+from ..submit import github as gh_submit
+from ..submit import k8s as k8s_submit
+from ..submit import slurm as slurm_submit
+from . import options
+from .common import select_cells
+
+
+def add_parser(sub: options.Subparsers) -> None:
+    p = sub.add_parser("submit", help="fan the matrix out on Slurm arrays, GitHub Actions runners or Kubernetes Indexed Jobs")
+    p.add_argument("engine", choices=("slurm", "github", "k8s"), help="the scheduler to write jobs for")
+    options.FILE.add(p)
+    options.PROFILE.add(p)
+    options.add_selection(p)
+    options.GPU.add(p, note="every GPU type of the profile")
+    shard = p.add_argument_group("each shard's envmatrix run", "passed to the envmatrix run of every shard; --reports is the folder they all share")
+    options.BACKEND.add(shard)
+    options.JOBS.add(shard)
+    options.TIMEOUT.add(shard)
+    options.REPORTS.add(shard)
+    p.add_argument("--out", default=None, help="where the generated files go (default REPORTS/submit/ENGINE)")
+    p.add_argument("--dry-run", action="store_true", help="print the generated files; write and submit nothing")
+    p.add_argument("--submit", action="store_true", help="slurm: submit the arrays and the report job with sbatch")
+    p.add_argument("--wait", action="store_true", help="slurm: wait for the report job, print where the merged report is")
+    p.set_defaults(func=handle)
+
+
+def _pairs(flag: str, values: list[str]) -> list[str]:
+    return [x for v in values for x in (flag, v)]
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Write (and for Slurm submit and wait for) one job per GPU type with a task per shard, then a report job."""
+    if args.engine != "slurm" and (args.submit or args.wait):
+        raise InputError(f"--submit and --wait are for slurm; for {args.engine}, commit or apply the files written (see README)")
+    if args.wait and not args.submit:
+        raise InputError("--wait needs --submit")
+    spec, profile, cells = select_cells(args, gpu=args.gpu)
+    slurm = args.engine == "slurm"
+    # Slurm tasks run on a shared file system from this folder: absolute paths. Elsewhere: the checkout's or the volume's.
+    file_, reports = (str(Path(args.file).resolve()), str(Path(args.reports).resolve())) if slurm else (args.file, args.reports)
+    if args.engine == "k8s" and not Path(reports).is_absolute():
+        reports = f"{k8s_submit.MOUNT}/{reports}"  # on the shared volume; the matrix file comes with the image
+    run_args = ["--file", file_, "--profile", profile, *_pairs("--only", args.only), *_pairs("--skip", args.skip)]
+    run_args += ["--backend", args.backend, "--jobs", str(args.jobs), "--timeout", f"{args.timeout:g}", "--reports", reports]
+    f = fanout(spec, profile, cells, run_args=run_args, reports=reports)
+    if slurm:
+        files = slurm_submit.scripts(f, cwd=os.getcwd())
+    elif args.engine == "github":
+        files = {f"envmatrix-{profile}.yml": gh_submit.render(f)}
+    else:
+        files = k8s_submit.manifests(f)
+    for job in f.jobs:
+        sizes = ", ".join(str(len(s)) for s in job.shards)
+        print(f"{job.gpu}: {job.target.shards} shards of {sizes} cells (throttle {f.throttle(job)})", file=sys.stderr)
+    if args.dry_run:
+        for name, text in files.items():
+            print(f"# ---- {name}\n{text}")
+        return 0
+    folder = Path(args.out or Path(args.reports) / "submit" / args.engine)
+    for path in write_files(folder, files):
+        print(f"wrote {path}")
+    if not args.submit:
+        return 0
+    sub = slurm_submit.submit(folder.resolve(), f)
+    print(f"submitted: arrays {', '.join(f'{g} {j}' for g, j in sub.arrays.items())}; report job {sub.report} (afterany)")
+    if not args.wait:
+        return 0
+    states = slurm_submit.wait(sub)
+    html = Path(reports) / "matrix.html"
+    print(f"report: {html}" if html.is_file() else f"no report at {html}: see {reports}/slurm-logs/report-{sub.report}.log")
+    bad = sorted(k for k, v in states.items() if v != "COMPLETED")
+    if bad:
+        raise SubmitError(
+            f"not completed: {', '.join(f'{k} ({states[k]})' for k in bad)}; the report shows what finished; submit again to run only the missing cells"
+        )
+    return 0
