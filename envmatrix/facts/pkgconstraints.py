@@ -1,7 +1,7 @@
 """Constraints of the extra package axes (trl, peft, accelerate, ...), as data read from released wheels.
 
 Each release's `Requires-Dist` and `Requires-Python` come from the METADATA of its wheel on the index
-(`pip download --no-deps`), never typed by hand: `python -m envmatrix.pkgconstraints trl==1.16.0 ...`
+(`pip download --no-deps`), never typed by hand: `python -m envmatrix.facts.pkgconstraints trl==1.16.0 ...`
 refreshes `pkgconstraints.json` beside this module and stamps it with the date. A cell whose pins
 contradict that metadata (TRL 1.16.0 with transformers 4.51.3) is skipped with the requirement that
 rules it out; a release the data does not know is not guessed at: the real install decides.
@@ -153,7 +153,7 @@ def refresh(pins: list[str], path: Path = DATA) -> dict[str, Any]:
         packages = fetch(sorted(set(known) | set(pins)), Path(tmp))
     data = {
         "refreshed": datetime.date.today().isoformat(),
-        "source": "Requires-Dist and Requires-Python of each release's wheel (pip download --no-deps), read by envmatrix.pkgconstraints",
+        "source": "Requires-Dist and Requires-Python of each release's wheel (pip download --no-deps), read by envmatrix.facts.pkgconstraints",
         "packages": {name: dict(sorted(v.items(), key=lambda kv: _version_key(kv[0]))) for name, v in sorted(packages.items())},
     }
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -168,7 +168,7 @@ def _version_key(version: str) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m envmatrix.pkgconstraints trl==1.16.0 peft==0.15.2 ...`: add or re-read releases."""
+    """`python -m envmatrix.facts.pkgconstraints trl==1.16.0 peft==0.15.2 ...`: add or re-read releases."""
     bad = [a for a in argv if not _PIN.fullmatch(a)]
     if bad:
         print(f"not name==version pins: {' '.join(bad)}; write e.g. trl==1.16.0", file=sys.stderr)
