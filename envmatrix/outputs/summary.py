@@ -47,7 +47,8 @@ PLAIN = (Outcome.OK, Outcome.SKIPPED)
 
 
 def code(record: Record) -> str:
-    """The table's cell: ✓, ◆ (reproduced control), · (skipped), ✗GL (failure), ?INC, !OK (control not reproduced)."""
+    """The table's cell: ✓, ◆ (reproduced control), · (skipped), ✗GL (anything else, inconclusive too: loud,
+    since it is not ok), !OK (control not reproduced)."""
     if record.control == "reproduced":
         return "[dim]◆[/]"
     if record.control == "not reproduced":
@@ -55,7 +56,7 @@ def code(record: Record) -> str:
     row = facts_of(record.klass)
     if row.outcome in PLAIN:
         return f"[{row.style}]{row.glyph}[/]"
-    return f"[bold {row.style}]{row.glyph}{row.code}[/]"
+    return f"[bold red]{FAILURE_GLYPH}{row.code}[/]"
 
 
 def letters(i: int) -> str:

@@ -623,7 +623,7 @@ def json_schema() -> dict[str, Any]:
                 "launch": {"type": "string", "description": "how the probe was started: forked by the environment's helper, a process, torchrun, a container"},
                 "gpu_ids": {"type": "array", "items": {"type": "integer"}},
                 "environment": obj({"facts": {"type": ["object", "null"]}, "build": {"oneOf": [build, {"type": "null"}]}}, []),
-                "result": {**any_obj, "description": "the probe's result.json (its own contract)"},
+                "result": {**any_obj, "description": "the probe's result.json as it wrote it (its own contract: probe-result.schema.json)"},
                 "metrics": {"type": "array", "items": any_obj, "description": "metrics.jsonl rows: step, loss, grad_norm, reward, ..."},
                 "log": object_schema(LogRef),
                 "outcome": outcome,

@@ -61,7 +61,7 @@ def _items(hint: Any, describe: bool) -> dict[str, Any]:
 def object_schema(cls: type, overrides: Mapping[str, dict[str, Any]] | None = None, *, describe: bool = False) -> dict[str, Any]:
     """A dataclass as an object schema: its fields' schemas (or `overrides` by JSON name), required where
     the field has no default (or its metadata says `required`), and with `describe`, the class docstring's
-    first line and each field's `doc` as descriptions."""
+    first paragraph and each field's `doc` as descriptions."""
     types_ = hints(cls)
     props: dict[str, Any] = {}
     required: list[str] = []
@@ -74,5 +74,5 @@ def object_schema(cls: type, overrides: Mapping[str, dict[str, Any]] | None = No
             required.append(key)
     schema: dict[str, Any] = {"type": "object", "properties": props, "required": required}
     if describe and cls.__doc__:
-        schema = {"description": cls.__doc__.strip().splitlines()[0], **schema}
+        schema = {"description": " ".join(cls.__doc__.strip().split("\n\n")[0].split()), **schema}
     return schema
