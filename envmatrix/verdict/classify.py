@@ -5,8 +5,9 @@ probe result that finished its steps. A run that shows no failure and no such ev
 only warnings, a clean exit and nothing else) is `inconclusive`, with what is missing as its evidence;
 an unrecognised exception line (`SomethingError: …` at a line start) is `error`, quoting it.
 
-Rules are ordered; the first that fires wins, and the others that fire are kept as `also`. The order
-is deliberate (and tested): a root cause beats its consequences. A SIGFPE that kills rank 1 beats the
+Rules are tried in the outcome table's precedence order (records/outcomes.py, `rank`); the first that
+fires wins, and the others that fire are kept as `also`. The order is deliberate (and tested): a root
+cause beats its consequences. A SIGFPE that kills rank 1 beats the
 NCCL timeout rank 0 logs next; a NaN loss beats the `probability tensor` crash it causes in `generate`;
 garbled attention beats the zero advantages it produces; specific crashes beat a wall-clock timeout.
 """
