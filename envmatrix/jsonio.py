@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import uuid
 from pathlib import Path
 from typing import Any
 
-from .errors import OutputError
+from .errors import InputError, OutputError
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -49,3 +50,24 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_json_bounded(path: Path, limit: int, kind: str, error: type[InputError] = InputError) -> Any:
+    """The JSON value in an untrusted file: a regular file of at most `limit` bytes holding JSON; otherwise
+    `error` naming the path and why (`kind` says what the file should be: "a record", "a probe result")."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise error(f"{path}: not a regular file")
+    if info.st_size > limit:
+        raise error(f"{path}: {info.st_size} bytes, larger than {kind} can be ({limit})")
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(limit + 1)
+        return json.loads(raw)
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror})") from None
+    except (ValueError, RecursionError):
+        raise error(f"{path}: not JSON (torn or not {kind})") from None

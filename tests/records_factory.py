@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from envmatrix.records.outcomes import decided
 from envmatrix.records.record import BuildFacts, CellInfo, LogRef, Record, RunnerInfo, Timings
-from envmatrix.verdict.classify import decided
 
 
 def make_record(

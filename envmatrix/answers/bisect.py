@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-UNTESTABLE = ("build_failed", "skipped")
+from ..records.outcomes import Outcome
+
+UNTESTABLE = (Outcome.BUILD_FAILED, Outcome.SKIPPED)
+#: The claim "any failure class" for an endpoint.
+NOT_OK = "not ok"
 
 #: What the bisection concluded.
 FOUND, ENDPOINT, FLIPS, UNRESOLVED = "found", "endpoint", "flips", "unresolved"
@@ -111,4 +115,4 @@ def bisect(releases: Sequence[str], oracle: Callable[[str], str], *, expect_old:
 
 
 def _shows(outcome: str, claim: str) -> bool:
-    return outcome != "ok" if claim == "not ok" else outcome == claim
+    return outcome != Outcome.OK if claim == NOT_OK else outcome == claim

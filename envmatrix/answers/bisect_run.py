@@ -20,10 +20,11 @@ from ..facts.pkgconstraints import needed_packages
 from ..facts.releases import available
 from ..plan.cells import Environment
 from ..plan.eligibility import judge
-from ..records.record import Record
+from ..records.outcomes import Outcome
+from ..records.record import Record, Status
 from ..run.runner import Paths, Runner
 from ..spec.matrix import AXES, AXIS_CHECKS, Profile, Spec, check_package_name, check_package_version
-from .bisect import Bisection, bisect, releases_between
+from .bisect import NOT_OK, Bisection, bisect, releases_between
 
 
 @dataclass
@@ -140,7 +141,7 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
         report = runner.run([cell], req.gpu)
         record = report.records[0]
         run.records[release] = record
-        if report.ran and not record.timings.prepare_reused and record.status == "done":
+        if report.ran and not record.timings.prepare_reused and record.status == Status.DONE:
             run.built += 1
         note = " (cached record)" if report.cached else ""
         console.print(f"  {req.axis} {release}: {record.klass}{note}  {escape(record.outcome.evidence[:100])}")
@@ -148,7 +149,7 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
 
     start = time.monotonic()
     old_is_good = releases[0] == req.good
-    run.result = bisect(releases, oracle, expect_old="ok" if old_is_good else "not ok", expect_new="not ok" if old_is_good else "ok")
+    run.result = bisect(releases, oracle, expect_old=Outcome.OK if old_is_good else NOT_OK, expect_new=NOT_OK if old_is_good else Outcome.OK)
     run.seconds = round(time.monotonic() - start, 1)
     return run
 
@@ -163,7 +164,7 @@ def print_bisect(console: Console, req: BisectRequest, run: BisectRun) -> None:
         if record is not None:
             console.print(f"  {label}: {record.id}: {record.klass}")
             console.print(f"    evidence: {escape(record.outcome.evidence)}")
-            if record.klass != "ok":
+            if record.klass != Outcome.OK:
                 console.print(f"    remedy: {escape(record.outcome.remedy)}")
     if res.skipped:
         console.print(f"  could not be installed (skipped): {', '.join(res.skipped)}")

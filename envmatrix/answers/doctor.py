@@ -28,7 +28,8 @@ from ..host.gpus import HostGpus
 from ..outputs.vetting import vetted_environments
 from ..plan.cells import Cell, Environment
 from ..plan.eligibility import judge
-from ..records.record import Record
+from ..records.outcomes import Outcome
+from ..records.record import Record, Status
 from ..run.runner import Paths, Runner
 from ..spec.matrix import Spec
 
@@ -155,11 +156,11 @@ class Diagnosis:
 
     @property
     def healthy(self) -> list[Record]:
-        return [r for r in self.records if not r.expect and r.status != "skipped"]
+        return [r for r in self.records if not r.expect and r.status != Status.SKIPPED]
 
     @property
     def exit_code(self) -> int:
-        return 0 if all(r.klass == "ok" for r in self.healthy) else 1
+        return 0 if all(r.klass == Outcome.OK for r in self.healthy) else 1
 
 
 def diagnose(cells: list[Cell], gpus: HostGpus, reports: Path | None, *, timeout: float, console: Console) -> Diagnosis:
@@ -176,18 +177,18 @@ def print_diagnosis(console: Console, diagnosis: Diagnosis, nearest: Nearest | N
     env = diagnosis.env
     console.print(f"[bold]this environment[/]: {escape(env.id)} ({escape(sys.executable)})")
     for r in diagnosis.records:
-        if r.status == "skipped":
+        if r.status == Status.SKIPPED:
             console.print(f"  [dim]· {r.cell.scenario}: skipped: {escape(r.outcome.evidence)}[/]")
         elif r.expect:
             style = "dim" if r.control == "reproduced" else "bold red"
             console.print(f"  [{style}]◆ {r.cell.scenario} (control, expects {r.expect}): {r.klass}, {r.control}[/]")
-        elif r.klass == "ok":
+        elif r.klass == Outcome.OK:
             console.print(f"  [green]✓ {r.cell.scenario}: ok[/]")
         else:
             console.print(f"  [bold red]✗ {r.cell.scenario}: {r.klass}[/]: {escape(r.outcome.evidence)}")
             console.print(f"      remedy: {escape(r.outcome.remedy)}")
     healthy = diagnosis.healthy
-    bad = [r for r in healthy if r.klass != "ok"]
+    bad = [r for r in healthy if r.klass != Outcome.OK]
     verdict = "[bold green]healthy[/]" if not bad else f"[bold red]NOT healthy[/] ({', '.join(r.cell.scenario for r in bad)})"
     console.print(f"verdict: {verdict}: {len(healthy) - len(bad)}/{len(healthy)} healthy scenarios ok")
     if not have_records:

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from ..errors import InputError
 from ..host.gpus import detect_gpus
+from ..records.outcomes import Outcome
 from ..records.record import load_records
 from ..spec.matrix import load
 from . import options
@@ -69,7 +70,7 @@ def doctor_json(diagnosis: Diagnosis, nearest: Nearest | None, profile: str, res
     `classify --format json`), the exit rule's verdict, and the nearest vetted environment (null when the
     records given vet none, or none were given: `results` says which)."""
     env = diagnosis.env
-    bad = [r.cell.scenario for r in diagnosis.healthy if r.klass != "ok"]
+    bad = [r.cell.scenario for r in diagnosis.healthy if r.klass != Outcome.OK]
     return {
         "environment": {"id": env.id, **env.axes(), "python_executable": sys.executable},
         "profile": profile,

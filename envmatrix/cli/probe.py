@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -64,8 +65,9 @@ def handle(args: argparse.Namespace) -> int:
     for m in facts.metrics:
         table.add_row(*(f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c)) for c in cols))
     console.print(table)
-    env = result.get("env") or {}
-    console.print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if v is not None))
+    env = facts.measured.env
+    seen = {f.name: getattr(env, f.name) for f in dataclasses.fields(env)} if env is not None else {}
+    console.print("environment: " + ", ".join(f"{k} {v}" for k, v in seen.items() if v is not None))
     console.print(f"class: [bold]{verdict.outcome}[/]  evidence: {verdict.evidence}")
     console.print(f"remedy: {verdict.remedy}")
     if summary["control"]:

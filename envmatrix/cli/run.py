@@ -13,6 +13,7 @@ from ..host.gpus import detect_gpus
 from ..outputs.report import is_current, report_paths, write_report
 from ..outputs.summary import print_summary
 from ..plan.resolve import resolve_cells, unreachable_error
+from ..records.record import Status
 from ..run.runner import Paths, Runner
 from . import options
 from .common import gpu_type, select_cells, take_shard, warn
@@ -71,8 +72,8 @@ def handle(args: argparse.Namespace) -> int:
     console.print(f"{report.ran} cells run, {report.cached} cached (unchanged inputs; --rerun forces), {report.other_gpus} left for other GPU types")
     outputs = report_paths(paths.root) if is_current(paths.results, paths.root) else write_report([paths.results], paths.root, warn)
     console.print(f"report: {outputs['html']} (also {outputs['csv'].name}, {outputs['json'].name})")
-    attempted = [r for r in report.records if r.status != "skipped"]
-    if attempted and all(r.status == "build_failed" for r in attempted):
+    attempted = [r for r in report.records if r.status != Status.SKIPPED]
+    if attempted and all(r.status == Status.BUILD_FAILED for r in attempted):
         raise BackendError(
             f"no environment could be prepared: all {len(attempted)} cells that should run failed to build; "
             f"the build logs are in {paths.logs / 'builds'} (the report shows their tails)"

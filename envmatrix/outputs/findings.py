@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from ..records.record import Record
+from ..records.outcomes import Outcome
+from ..records.record import Record, Status
 from ..spec.matrix import AXES
 
 #: Outcomes that say nothing about the stack's training behaviour.
-QUIET = ("skipped",)
+QUIET = (Outcome.SKIPPED,)
 
 
 def version_order(value: str) -> tuple[int, Version, str]:
@@ -111,7 +112,7 @@ class Findings:
 
 
 def _ran(records: Iterable[Record]) -> list[Record]:
-    return [r for r in records if r.status != "skipped" and r.klass not in QUIET]
+    return [r for r in records if r.status != Status.SKIPPED and r.klass not in QUIET]
 
 
 def _explaining_axis(recs: list[Record]) -> str | None:
@@ -128,7 +129,7 @@ def _explaining_axis(recs: list[Record]) -> str | None:
 
 def _finding(scenario: str, gpu: str, recs: list[Record]) -> Finding | None:
     outcomes = {r.klass for r in recs}
-    failing = sorted((r for r in recs if r.klass != "ok"), key=lambda r: r.id)
+    failing = sorted((r for r in recs if r.klass != Outcome.OK), key=lambda r: r.id)
     if not failing:
         return None
     if len(outcomes) == 1:
@@ -138,7 +139,7 @@ def _finding(scenario: str, gpu: str, recs: list[Record]) -> Finding | None:
     by_outcome: dict[str, list[Record]] = defaultdict(list)
     for r in recs:
         by_outcome[r.klass].append(r)
-    order = sorted(by_outcome, key=lambda o: (o == "ok", o))
+    order = sorted(by_outcome, key=lambda o: (o == Outcome.OK, o))
     sides = tuple(
         Side(
             outcome,

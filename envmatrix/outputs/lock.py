@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..host.pipconfig import TORCH_INDEX, PipSettings, read_pip_settings
 from ..jsonio import write_json_atomic, write_text_atomic
-from ..records.record import BuildFacts, Record
+from ..records.record import BuildFacts, Record, Status
 from .vetting import Vetted, best, vetted_environments
 
 PYPI = "https://pypi.org/simple"
@@ -46,7 +46,7 @@ def select_environment(records: list[Record], env_id: str | None, best_gpu: str 
 
 def _freeze_and_build(records: list[Record], env_id: str) -> tuple[list[str], BuildFacts]:
     for rec in records:
-        if rec.env == env_id and rec.status == "done" and rec.build is not None and rec.build.pins():
+        if rec.env == env_id and rec.status == Status.DONE and rec.build is not None and rec.build.pins():
             return rec.build.pins(), rec.build
     raise InputError(f"{env_id}: its records hold no freeze of the environment (the host backend does not take one); run it with the venv or docker backend")
 

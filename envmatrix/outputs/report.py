@@ -19,7 +19,7 @@ import jinja2
 
 from .. import __version__
 from ..jsonio import write_text_atomic
-from ..records.outcomes import glyph
+from ..records.outcomes import Outcome, table_for_templates
 from ..records.record import Record, load_records
 from .findings import find, version_order
 from .vetting import vetted_environments
@@ -27,27 +27,6 @@ from .vetting import vetted_environments
 if TYPE_CHECKING:
     import pandas as pd
 
-CLASS_COLOURS = {
-    "ok": "#1a7f37",
-    "skipped": "#8c959f",
-    "garbled_output": "#8250df",
-    "nan_loss": "#cf222e",
-    "zero_grad": "#bc4c00",
-    "grad_lost": "#bf3989",
-    "ddp_ready_twice": "#0969da",
-    "sigfpe": "#a40e26",
-    "import_abi": "#953800",
-    "unsupported_gpu": "#6e7781",
-    "driver_too_old": "#6e7781",
-    "oom": "#cf222e",
-    "nccl_error": "#0550ae",
-    "timeout": "#9a6700",
-    "crash": "#a40e26",
-    "error": "#57606a",
-    "wrong_gpu": "#e16f24",
-    "inconclusive": "#bf8700",
-    "build_failed": "#24292f",
-}
 #: The table's rows are sorted by these axes in release order (4.9 before 4.51).
 AXIS_ORDER = ("cuda", "torch", "transformers", "flash_attn", "python")
 COLUMNS = [
@@ -171,8 +150,11 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
         details=details,
         counts=counts.most_common(),
         classes=sorted({r.klass for r in records}),
-        colours=CLASS_COLOURS,
-        glyph=glyph,
+        outcomes=table_for_templates(),
+        ok=Outcome.OK.value,
+        skipped=Outcome.SKIPPED.value,
+        inconclusive=Outcome.INCONCLUSIVE.value,
+        failure=Outcome.ERROR.value,
         findings=found,
         failed_controls=list(found.controls.failed),
         since=previous is not None,

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
-from ..records.outcomes import glyph
+from ..records.outcomes import FAILURE_GLYPH, Outcome, facts_of, glyph
 from ..records.record import Record
 from ..spec.matrix import AXES
 from .findings import Findings, find, version_order
@@ -33,32 +33,30 @@ def cell_text(record: Record) -> str:
         return f"[dim green]◆ {outcome}[/]"
     if record.control == "not reproduced":
         return f"[bold red]! {outcome}≠{record.expect}[/]"
-    if outcome == "ok":
-        return "[green]✓ ok[/]"
-    if outcome == "skipped":
-        return "[dim]· skipped[/]"
-    if outcome == "inconclusive":
-        return f"[yellow]{glyph(outcome)} inconclusive[/]"
-    return f"[red]✗ {outcome}[/]"
+    row = facts_of(outcome)
+    return f"[{row.style}]{row.glyph} {outcome}[/]"
 
 
 def short(outcome: str) -> str:
-    """A 2-3 letter code: initials of a multi-word class (grad_lost → GL), else its first letters."""
-    words = outcome.split("_")
-    return "".join(w[0] for w in words).upper() if len(words) > 1 else outcome[:3].upper()
+    """The outcome's 2-3 letter code in the compact table (grad_lost → GL)."""
+    return facts_of(outcome).code
+
+
+#: Outcomes the compact table shows by glyph alone: what is fine or says nothing about the stack.
+PLAIN = (Outcome.OK, Outcome.SKIPPED)
 
 
 def code(record: Record) -> str:
-    """The table's cell: ✓, ◆ (reproduced control), · (skipped), ✗GL (failure), !OK (control not reproduced)."""
+    """The table's cell: ✓, ◆ (reproduced control), · (skipped), ✗GL (anything else, inconclusive too: loud,
+    since it is not ok), !OK (control not reproduced)."""
     if record.control == "reproduced":
         return "[dim]◆[/]"
     if record.control == "not reproduced":
         return f"[bold red]!{short(record.klass)}[/]"
-    if record.klass == "ok":
-        return "[green]✓[/]"
-    if record.klass == "skipped":
-        return "[dim]·[/]"
-    return f"[bold red]✗{short(record.klass)}[/]"
+    row = facts_of(record.klass)
+    if row.outcome in PLAIN:
+        return f"[{row.style}]{row.glyph}[/]"
+    return f"[bold red]{FAILURE_GLYPH}{row.code}[/]"
 
 
 def letters(i: int) -> str:
@@ -132,9 +130,9 @@ def _per_environment(console: Console, records: list[Record]) -> None:
     envs = list(dict.fromkeys(r.env for r in records))
     for env in envs:
         mine = [r for r in records if r.env == env]
-        counts = Counter("control" if r.control == "reproduced" else r.klass for r in mine if r.klass == "ok" or r.control == "reproduced")
-        bad = [r for r in mine if r.klass != "ok" and r.control != "reproduced" and r.klass != "skipped"]
-        line = f"{escape(env)}: ✓ {counts['ok']} ok, ◆ {counts['control']} controls"
+        counts = Counter("control" if r.control == "reproduced" else r.klass for r in mine if r.klass == Outcome.OK or r.control == "reproduced")
+        bad = [r for r in mine if r.klass not in PLAIN and r.control != "reproduced"]
+        line = f"{escape(env)}: {glyph(Outcome.OK)} {counts[Outcome.OK]} ok, ◆ {counts['control']} controls"
         console.print(line)
         for r in bad:
             console.print(f"    {code(r)} {escape(r.cell.scenario)} {r.klass}")
@@ -146,14 +144,21 @@ def print_summary(console: Console, records: list[Record], *, results_dir: str, 
     found = find(records, previous)
     print_findings(console, found)
     table, key = compact_table(records)
-    shown = {r.klass for r in records if r.klass not in ("ok", "skipped") and r.control != "reproduced"}
+    shown = {r.klass for r in records if r.klass not in PLAIN and r.control != "reproduced"}
     if _width(table) <= console.width:
         console.print(table)
         for line in pack(["key:", *key], console.width):
             console.print(escape(line))
     else:
         _per_environment(console, records)
-    legend = ["✓ ok", "◆ control reproduced", "✗ failure", "! control NOT reproduced", "· skipped", *(f"{short(k)}={k}" for k in sorted(shown))]
+    legend = [
+        f"{glyph(Outcome.OK)} ok",
+        "◆ control reproduced",
+        f"{FAILURE_GLYPH} failure",
+        "! control NOT reproduced",
+        f"{glyph(Outcome.SKIPPED)} skipped",
+        *(f"{short(k)}={k}" for k in sorted(shown)),
+    ]
     for line in pack(legend, console.width):
         console.print(escape(line))
     counts = Counter(r.klass for r in records if r.control != "reproduced")

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from ..records.record import CellInfo, Record
+from ..records.outcomes import Outcome
+from ..records.record import CellInfo, Record, Status
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,13 @@ def vetted_environments(records: list[Record]) -> list[Vetted]:
     """One entry per vetted environment id (environment × GPU), in id order."""
     groups: dict[str, list[Record]] = defaultdict(list)
     for rec in records:
-        if rec.status != "skipped":
+        if rec.status != Status.SKIPPED:
             groups[rec.env].append(rec)
     vetted = []
     for env_id, recs in sorted(groups.items()):
         healthy = [r for r in recs if not r.expect]
         controls = [r for r in recs if r.expect]
-        if healthy and all(r.klass == "ok" for r in healthy) and all(r.control == "reproduced" for r in controls):
+        if healthy and all(r.klass == Outcome.OK for r in healthy) and all(r.control == "reproduced" for r in controls):
             vetted.append(Vetted(env=env_id, cell=recs[0].cell, healthy=len(healthy), controls=len(controls)))
     return vetted
 

@@ -18,16 +18,19 @@ import json
 import math
 import os
 import re
-import stat
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..jsonio import write_json_atomic
+from ..jsonio import read_json_bounded, write_json_atomic
 from ..plan.cells import Cell
-from .outcomes import OUTCOME_NAMES, Outcome
+from .gpuguard import mismatch
+from .outcomes import OUTCOME_NAMES, Named, Outcome, Verdict, decided
+from .probe_result import EnvFacts, ProbeResult, parse_env
+from .schema import object_schema
 
 #: The layout written now. Version 1 (envmatrix 0.1) files still load; newer ones are refused clearly.
 RECORD_VERSION = 2
@@ -36,7 +39,16 @@ LOG_TAIL_BYTES = 8192
 #: A record file larger than this is not a record (a runaway log tail, /dev/zero behind a link).
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 
-STATUSES = ("done", "skipped", "build_failed")
+
+class Status(Named):
+    """How far a cell got (the record's `status`): not an outcome class, though two share a word with one."""
+
+    DONE = "done"
+    SKIPPED = "skipped"
+    BUILD_FAILED = "build_failed"
+
+
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
 CONTROL_STATES = ("reproduced", "not reproduced")
 
 # Patterns for the fields that reach file names, command lines and lock files (full match only).
@@ -112,26 +124,6 @@ class BuildFacts:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """The classification of one run: the outcome, the line that shows it, and what to do."""
-
-    outcome: Outcome
-    evidence: str
-    remedy: str
-    rule: str
-    also: tuple[Outcome, ...] = ()
-
-    @classmethod
-    def of(cls, outcome: str, evidence: str, remedy: str, rule: str, also: tuple[str, ...] = ()) -> Verdict:
-        """A verdict from outcome names (ValueError for a name that is not an Outcome)."""
-        return cls(Outcome(outcome), evidence, remedy, rule, tuple(Outcome(a) for a in also))
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON form: `class`, `evidence`, `remedy`, plus the rule and the other classes seen."""
-        return {"class": self.outcome.value, "evidence": self.evidence, "remedy": self.remedy, "rule": self.rule, "also": [a.value for a in self.also]}
-
-
-@dataclass(frozen=True)
 class Timings:
     """Seconds spent preparing the environment (None: never prepared) and running the probe."""
 
@@ -162,7 +154,7 @@ class Record:
     """One cell's run: what ran, how it ended, what it measured and how it was classified."""
 
     cell: CellInfo
-    status: str
+    status: Status
     outcome: Verdict
     backend: str = ""
     inputs: str | None = None
@@ -202,21 +194,27 @@ class Record:
     def expect(self) -> str | None:
         return self.cell.expect
 
+    @cached_property
+    def probe(self) -> ProbeResult:
+        """The embedded result.json, read through its type (once per record)."""
+        return ProbeResult.parse(dict(self.result), f"{self.id}: result")
+
+    @cached_property
+    def seen_env(self) -> EnvFacts | None:
+        """What the probe reported of its environment and device (`environment.facts`), typed."""
+        return parse_env(self.env_facts)
+
     @property
     def steps_completed(self) -> int | None:
-        value = self.result.get("steps_completed")
-        return value if isinstance(value, int) else None
+        return self.probe.steps_completed
 
     @property
     def parity_rel_err(self) -> float | None:
-        parity = self.result.get("parity")
-        value = parity.get("rel_err") if isinstance(parity, Mapping) else None
-        return float(value) if isinstance(value, (int, float)) else None
+        return self.probe.parity.rel_err if self.probe.parity else None
 
     @property
     def probe_version(self) -> str | None:
-        value = self.result.get("probe_version")
-        return str(value) if value is not None else None
+        return self.probe.probe_version
 
     def metric(self, name: str) -> list[Any]:
         """One metric's values over the logged steps."""
@@ -232,7 +230,7 @@ class Record:
         return {
             "record_version": RECORD_VERSION,
             "cell": cell,
-            "status": self.status,
+            "status": Status(self.status).value,
             "inputs": self.inputs,
             "backend": self.backend,
             "runner": asdict(self.runner),
@@ -263,16 +261,13 @@ class Record:
 def guarded(record: Record) -> Record:
     """The record, or the record as `wrong_gpu` when its probe ran on another GPU type than the cell
     names (or did not say which, for a result that would otherwise count)."""
-    from ..verdict.classify import decided
-    from ..verdict.gpuguard import mismatch
-
-    counts = record.klass == "ok" or record.control == "reproduced" or record.env_facts is not None
-    if record.status != "done" or not counts or record.klass == "wrong_gpu":
+    counts = record.klass == Outcome.OK or record.control == "reproduced" or record.env_facts is not None
+    if record.status != Status.DONE or not counts or record.klass == Outcome.WRONG_GPU:
         return record
-    evidence = mismatch(record.cell.gpu, record.env_facts)
+    evidence = mismatch(record.cell.gpu, record.seen_env)
     if evidence is None:
         return record
-    return replace(record, outcome=decided("wrong_gpu", evidence, "gpu_guard"), control="not reproduced" if record.expect else None)
+    return replace(record, outcome=decided(Outcome.WRONG_GPU, evidence, "gpu_guard"), control="not reproduced" if record.expect else None)
 
 
 def _plain(value: Any) -> Any:
@@ -385,7 +380,7 @@ def _parse(r: _Reader, data: Any) -> Record:
     return Record(
         version=version,
         cell=cell,
-        status=status,
+        status=Status(status),
         outcome=verdict,
         backend=r.text(top, "backend", "record", pattern=_TOKEN, optional=True) or "",
         inputs=r.text(top, "inputs", "record", pattern=_TOKEN, optional=True),
@@ -550,23 +545,7 @@ def write_record(path: Path, record: Record) -> None:
 
 def read_record(path: Path) -> Record:
     """One record file, validated: a regular file of bounded size holding a valid record; RecordError otherwise."""
-    try:
-        info = path.stat()
-    except OSError as exc:
-        raise RecordError(f"{path}: cannot be read ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise RecordError(f"{path}: not a regular file")
-    if info.st_size > MAX_RECORD_BYTES:
-        raise RecordError(f"{path}: {info.st_size} bytes, larger than a record can be ({MAX_RECORD_BYTES})")
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_RECORD_BYTES + 1)
-        data = json.loads(raw)
-    except OSError as exc:
-        raise RecordError(f"{path}: cannot be read ({exc.strerror})") from None
-    except (ValueError, RecursionError):
-        raise RecordError(f"{path}: not JSON (torn or not a record)") from None
-    return Record.from_json(data, str(path))
+    return Record.from_json(read_json_bounded(path, MAX_RECORD_BYTES, "a record", RecordError), str(path))
 
 
 def _record_files(folder: Path) -> Iterator[Path]:
@@ -610,19 +589,9 @@ def json_schema() -> dict[str, Any]:
     def obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
         return {"type": "object", "properties": props, "required": required}
 
-    def from_dataclass(cls: type, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-        props: dict[str, Any] = {}
-        required: list[str] = []
-        for f in fields(cls):
-            hint = str(f.type)
-            props[f.name] = (overrides or {}).get(f.name) or _schema_of(hint)
-            if f.default is MISSING and f.default_factory is MISSING:
-                required.append(f.name)
-        return obj(props, required)
-
     str_map = {"type": "object", "additionalProperties": {"type": "string"}}
-    cell = from_dataclass(CellInfo, {"scenario_settings": any_obj, "packages": str_map, "expect": {"enum": [*OUTCOME_NAMES, None]}})
-    build = from_dataclass(BuildFacts, {"build_args": str_map, "flash_attn": {"type": ["object", "null"]}})
+    cell = object_schema(CellInfo, {"scenario_settings": any_obj, "packages": str_map, "expect": {"enum": [*OUTCOME_NAMES, None]}})
+    build = object_schema(BuildFacts, {"build_args": str_map, "flash_attn": {"type": ["object", "null"]}})
     outcome = obj(
         {
             "class": {"enum": list(OUTCOME_NAMES)},
@@ -644,19 +613,19 @@ def json_schema() -> dict[str, Any]:
                 "status": {"enum": list(STATUSES)},
                 "inputs": str_or_null,
                 "backend": {"type": "string"},
-                "runner": from_dataclass(RunnerInfo),
+                "runner": object_schema(RunnerInfo),
                 "started": str_or_null,
                 "finished": str_or_null,
-                "timings": from_dataclass(Timings),
+                "timings": object_schema(Timings),
                 "exit_code": {"type": ["integer", "null"]},
                 "signal": str_or_null,
                 "timed_out": {"type": "boolean"},
                 "launch": {"type": "string", "description": "how the probe was started: forked by the environment's helper, a process, torchrun, a container"},
                 "gpu_ids": {"type": "array", "items": {"type": "integer"}},
                 "environment": obj({"facts": {"type": ["object", "null"]}, "build": {"oneOf": [build, {"type": "null"}]}}, []),
-                "result": {**any_obj, "description": "the probe's result.json (its own contract)"},
+                "result": {**any_obj, "description": "the probe's result.json as it wrote it (its own contract: probe-result.schema.json)"},
                 "metrics": {"type": "array", "items": any_obj, "description": "metrics.jsonl rows: step, loss, grad_norm, reward, ..."},
-                "log": from_dataclass(LogRef),
+                "log": object_schema(LogRef),
                 "outcome": outcome,
                 "expect": {"enum": [*OUTCOME_NAMES, None]},
                 "control": {"enum": [*CONTROL_STATES, None]},
@@ -664,21 +633,6 @@ def json_schema() -> dict[str, Any]:
             ["record_version", "cell", "status", "outcome"],
         ),
     }
-
-
-def _schema_of(hint: str) -> dict[str, Any]:
-    """The JSON type of a field from its annotation text (the dataclasses here use few shapes)."""
-    nullable = "None" in hint
-    base = hint.replace(" | None", "")
-    kinds = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
-    if base.startswith("tuple["):
-        inner = base[len("tuple[") :].split(",")[0].strip()
-        schema: dict[str, Any] = {"type": "array", "items": {"type": kinds.get(inner, "object")}}
-    else:
-        schema = {"type": kinds.get(base, "object")}
-    if nullable:
-        schema["type"] = [schema["type"], "null"]
-    return schema
 
 
 if __name__ == "__main__":  # python -m envmatrix.records.record > record.schema.json

@@ -32,14 +32,14 @@ from ..outputs.summary import cell_text
 from ..plan.builds import Build, builds
 from ..plan.cells import SKIPPED, Cell
 from ..plan.eligibility import host_reasons
-from ..records.outcomes import glyph
+from ..records.outcomes import Outcome, Verdict, decided, glyph
 from ..records.record import (
     LogRef,
     Record,
     RecordError,
     RunnerInfo,
+    Status,
     Timings,
-    Verdict,
     build_facts,
     cell_info,
     cell_stem,
@@ -49,14 +49,14 @@ from ..records.record import (
     read_record,
     write_record,
 )
-from ..verdict.classify import classify, control_status, decided, signal_number
+from ..verdict.classify import classify, control_status, signal_number
 from ..verdict.runfacts import gather
 from . import execute
 from .locking import exclusive
 
 #: Outcomes that say more about the runner's settings or a passing cause than about the stack: a
 #: record with one of them is never reused from the cache (the next run tries again).
-NOT_FINAL = ("timeout", "build_failed", "inconclusive")
+NOT_FINAL = (Outcome.TIMEOUT, Outcome.BUILD_FAILED, Outcome.INCONCLUSIVE)
 
 
 @dataclass(frozen=True)
@@ -162,13 +162,13 @@ class Runner:
             return None
         return record
 
-    def new_record(self, cell: Cell, status: str, verdict: Verdict, **more: Any) -> Record:
+    def new_record(self, cell: Cell, status: Status, verdict: Verdict, **more: Any) -> Record:
         """A record of this runner for `cell`, with its verdict and control status."""
         return Record(
             cell=cell_info(cell),
             status=status,
             outcome=verdict,
-            control=control_status(cell.scenario.expect, verdict.outcome) if status != "skipped" else None,
+            control=control_status(cell.scenario.expect, verdict.outcome) if status != Status.SKIPPED else None,
             inputs=inputs_hash(cell, self.probe_source, self.backend.name),
             backend=self.backend.name,
             runner=RunnerInfo(host=platform.node(), envmatrix=__version__, gpu_count=self.gpu_count),
@@ -177,7 +177,7 @@ class Runner:
         )
 
     def skipped(self, cell: Cell, reason: str, rule: str) -> Record:
-        return self.new_record(cell, "skipped", decided("skipped", reason, rule), started=_now())
+        return self.new_record(cell, Status.SKIPPED, decided(Outcome.SKIPPED, reason, rule), started=_now())
 
     # ---- environments ----------------------------------------------------------------------------
 
@@ -221,12 +221,12 @@ class Runner:
         if isinstance(ready, BuildFailed):
             log = self.build_log(build)
             verdict = classify(gather(None, log, exit_code=None, build_failed=str(ready)))
-            return self.new_record(cell, "build_failed", verdict, started=started, log=LogRef(str(log), log_tail(log)))
+            return self.new_record(cell, Status.BUILD_FAILED, verdict, started=started, log=LogRef(str(log), log_tail(log)))
         if self.gpus is not None and (lacking := host_reasons(cell.env, cell.scenario, self.gpu_count)):
             return self.skipped(cell, "; ".join(r.text for r in lacking), "runner")
         missing = _kernels_missing(ready, cell)
         if missing is not None:  # the wheel cannot run here: say so before any training starts
-            return self.new_record(cell, "done", decided("unsupported_gpu", missing, "elf_archs"), started=started, build=build_facts(ready.facts))
+            return self.new_record(cell, Status.DONE, decided(Outcome.UNSUPPORTED_GPU, missing, "elf_archs"), started=started, build=build_facts(ready.facts))
         gpu_ids = self.gpus.take(cell.scenario.world_size) if self.gpus is not None else []
         try:
             record = self._execute(cell, ready, gpu_ids, started)
@@ -250,25 +250,23 @@ class Runner:
             done = self.backend.run(ready, cell.scenario, out, log, timeout=self.timeout, gpu_ids=gpu_ids)
         except Exception as exc:
             _append_traceback(log, f"backend {self.backend.name} raised while running {cell.id}")
-            verdict = decided("error", f"backend {self.backend.name} raised {type(exc).__name__}: {str(exc)[:300]}", "backend")
+            verdict = decided(Outcome.ERROR, f"backend {self.backend.name} raised {type(exc).__name__}: {str(exc)[:300]}", "backend")
             timings = Timings(prepare_s=ready.seconds, prepare_reused=ready.reused)
-            return self.new_record(cell, "done", verdict, timings=timings, log=LogRef(str(log), log_tail(log)), **common)
+            return self.new_record(cell, Status.DONE, verdict, timings=timings, log=LogRef(str(log), log_tail(log)), **common)
         facts = gather(out, log, exit_code=done.exit_code, timed_out=done.timed_out)
         sig = signal_number(done.exit_code)
-        result = facts.result or {}
-        env_facts = result.get("env")
         return guarded(
             self.new_record(
                 cell,
-                "done",
+                Status.DONE,
                 classify(facts),
                 timings=Timings(prepare_s=ready.seconds, prepare_reused=ready.reused, probe_s=done.seconds),
                 exit_code=done.exit_code,
                 signal=_signal_name(sig),
                 timed_out=done.timed_out,
                 launch=done.launch,
-                env_facts=env_facts if isinstance(env_facts, dict) else None,
-                result=result,
+                env_facts=facts.probe.env_as_written if facts.probe is not None else None,
+                result=facts.result or {},
                 metrics=facts.metrics,
                 log=LogRef(str(log), log_tail(log)),
                 **common,
@@ -294,7 +292,7 @@ class Runner:
                 record = self.skipped(cell, cell.reason, "catalog")
                 write_record(self.record_path(cell.id), record)
                 report.records.append(record)
-                self.tally["skipped"] += 1
+                self.tally[Outcome.SKIPPED] += 1
             else:
                 todo.append((cell, by_build[cell.env.build_id]))
         if not todo:

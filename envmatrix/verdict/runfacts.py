@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..jsonio import read_json
+from ..records.probe_result import read_probe_result
 from .classify import RunFacts
 from .logscan import scan_stream
 
@@ -37,7 +37,7 @@ def gather(out_dir: Path | None, log_path: Path | None, *, exit_code: int | None
     return RunFacts(
         **({"scan": scan} if scan is not None else {}),
         exit_code=exit_code,
-        result=read_json(out_dir / "result.json") if out_dir else None,
+        probe=read_probe_result(out_dir / "result.json") if out_dir else None,
         metrics=read_metrics(out_dir / "metrics.jsonl") if out_dir else (),
         timed_out=timed_out,
         build_failed=build_failed,

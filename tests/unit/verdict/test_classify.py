@@ -14,7 +14,8 @@ import pytest
 from conftest import REAL_LOGS as SHARED_LOGS
 
 from envmatrix.records.outcomes import OUTCOME_NAMES
-from envmatrix.verdict.classify import REMEDIES, RULES, RunFacts, classify, control_status, signal_number
+from envmatrix.records.probe_result import ProbeResult
+from envmatrix.verdict.classify import RULES, RunFacts, classify, control_status, signal_number
 from envmatrix.verdict.logscan import CHUNK, scan_stream, scan_text
 
 #: The real excerpts travel with the tests; ../shared/real-logs (the 28 first ones) is compared when present.
@@ -54,8 +55,7 @@ def test_real_log_index() -> None:
         assert (REAL_LOGS / shared.name).read_bytes() == shared.read_bytes(), shared.name
 
 
-def test_every_outcome_has_a_remedy() -> None:
-    assert set(REMEDIES) == set(OUTCOME_NAMES)
+def test_every_outcome_but_those_decided_outside_the_rules_has_a_rule() -> None:
     assert {name for name, _ in RULES} | {"ok", "inconclusive", "skipped", "wrong_gpu"} == set(OUTCOME_NAMES)  # wrong_gpu: the GPU guard
 
 
@@ -128,32 +128,34 @@ HEALTHY = ({"step": 1, "loss": 0.0, "grad_norm": 0.8, "reward_std": 0.1, "frac_r
 
 
 def test_probe_healthy_is_ok_even_with_zero_loss() -> None:
-    v = classify(RunFacts(result=result(), metrics=HEALTHY, exit_code=0))
+    v = classify(RunFacts(probe=ProbeResult.parse(result()), metrics=HEALTHY, exit_code=0))
     assert v.outcome == "ok" and "27/27 trainable parameters changed" in v.evidence
 
 
 def test_probe_parity_failure_is_garbled() -> None:
     parity = {"implementation": "envmatrix_broken", "dtype": "fp32", "rel_err": 0.68, "baseline_rel_err": 0.0, "tolerance": 1e-5, "within_tolerance": False}
-    v = classify(RunFacts(result=result(parity=parity), metrics=HEALTHY, exit_code=0))
+    v = classify(RunFacts(probe=ProbeResult.parse(result(parity=parity)), metrics=HEALTHY, exit_code=0))
     assert v.outcome == "garbled_output" and "rel err 0.68" in v.evidence
 
 
 def test_probe_silent_grad_loss() -> None:
     params = {"trainable": 26, "with_grad": 2, "without_grad": ["model.layers.0.mlp.up_proj.weight"], "changed": 2}
-    v = classify(RunFacts(result=result(params=params), metrics=HEALTHY, exit_code=0))
+    v = classify(RunFacts(probe=ProbeResult.parse(result(params=params)), metrics=HEALTHY, exit_code=0))
     assert v.outcome == "grad_lost" and "24 of 26" in v.evidence
 
 
 def test_probe_zero_grad_over_first_steps_only() -> None:
     zero = tuple({"step": i, "grad_norm": 0.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0} for i in (1, 2, 3))
     params = {"trainable": 27, "with_grad": 0, "without_grad": ["a"], "changed": 0}
-    assert classify(RunFacts(result=result(params=params), metrics=zero, exit_code=0)).outcome == "zero_grad"
+    assert classify(RunFacts(probe=ProbeResult.parse(result(params=params)), metrics=zero, exit_code=0)).outcome == "zero_grad"
     saturating = (*HEALTHY, {"step": 2, "grad_norm": 0.5}, {"step": 3, "grad_norm": 0.4}, {"step": 4, "grad_norm": 0.0})
-    assert classify(RunFacts(result=result(), metrics=saturating, exit_code=0)).outcome == "ok"
+    assert classify(RunFacts(probe=ProbeResult.parse(result()), metrics=saturating, exit_code=0)).outcome == "ok"
 
 
 def test_probe_unfinished_without_signature_is_error() -> None:
-    v = classify(RunFacts(result=result(finished=False, stage="build", error={"type": "ValueError", "message": "x", "stage": "build"}), exit_code=1))
+    v = classify(
+        RunFacts(probe=ProbeResult.parse(result(finished=False, stage="build", error={"type": "ValueError", "message": "x", "stage": "build"})), exit_code=1)
+    )
     assert v.outcome == "error" and "ValueError" in v.evidence
 
 

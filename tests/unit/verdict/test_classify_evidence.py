@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from envmatrix.verdict.classify import REMEDIES, RunFacts, classify
+from envmatrix.records.outcomes import TABLE, Outcome
+from envmatrix.records.probe_result import ProbeResult
+from envmatrix.verdict.classify import RunFacts, classify
 from envmatrix.verdict.logscan import scan_text
 
 WARNINGS = (
@@ -29,7 +31,7 @@ def verdict(text: str | bytes, **kw: Any) -> Any:
 def test_no_evidence_is_inconclusive_and_says_what_is_missing(exit_code: int | None) -> None:
     for log in ("", WARNINGS, "loading checkpoint shards: 100%|##########| 4/4\n", os.urandom(4096)):
         v = verdict(log, exit_code=exit_code)
-        assert v.outcome == "inconclusive" and "no evidence of training" in v.evidence and v.remedy == REMEDIES["inconclusive"]
+        assert v.outcome == "inconclusive" and "no evidence of training" in v.evidence and v.remedy == TABLE[Outcome.INCONCLUSIVE].remedy
 
 
 def test_random_bytes_never_ok() -> None:
@@ -45,7 +47,7 @@ def test_healthy_grpo_with_zero_loss_stays_ok() -> None:
 
 
 def test_probe_that_finished_no_step_is_not_ok() -> None:
-    v = classify(RunFacts(result={"finished": True, "steps_completed": 0}, exit_code=0))
+    v = classify(RunFacts(probe=ProbeResult.parse({"finished": True, "steps_completed": 0}), exit_code=0))
     assert v.outcome == "inconclusive" and "no completed step" in v.evidence
 
 
@@ -116,7 +118,7 @@ ZERO = tuple({"step": i, "grad_norm": 0.0, "reward_std": 0.0, "frac_reward_zero_
 
 
 def test_zero_grad_from_near_greedy_sampling_names_the_settings() -> None:
-    v = classify(RunFacts(result=probe(temperature=0.01, top_p=0.001), metrics=ZERO, exit_code=0))
+    v = classify(RunFacts(probe=ProbeResult.parse(probe(temperature=0.01, top_p=0.001)), metrics=ZERO, exit_code=0))
     assert v.outcome == "zero_grad" and "temperature 0.01, top_p 0.001" in v.remedy
 
 
@@ -125,13 +127,13 @@ def test_zero_grad_after_garbled_output_points_at_attention() -> None:
     v = verdict(text)
     assert v.outcome == "garbled_output" and "zero_grad" in v.also  # the root cause wins, and the remedy says why
     assert v.remedy.startswith("the zero gradients follow from the garbled completions") and "sdpa" in v.remedy
-    v = classify(RunFacts(result={**probe(temperature=1.0), "samples": ["x " * 40]}, metrics=ZERO, exit_code=0))
+    v = classify(RunFacts(probe=ProbeResult.parse({**probe(temperature=1.0), "samples": ["x " * 40]}), metrics=ZERO, exit_code=0))
     assert v.outcome == "garbled_output" and v.remedy.startswith("the zero gradients follow")
 
 
 def test_nan_with_one_generation_says_so() -> None:
     res = {**probe(num_generations=1), "first_nonfinite_step": 1}
-    v = classify(RunFacts(result=res, metrics=({"step": 1, "loss": float("nan"), "grad_norm": float("nan")},), exit_code=0))
+    v = classify(RunFacts(probe=ProbeResult.parse(res), metrics=({"step": 1, "loss": float("nan"), "grad_norm": float("nan")},), exit_code=0))
     assert v.outcome == "nan_loss" and "num_generations is 1" in v.remedy
     assert "num_generations is 1" in verdict("GRPOConfig(num_generations=1, ...)\n{'loss': nan, 'grad_norm': nan}\n").remedy
 
@@ -139,20 +141,20 @@ def test_nan_with_one_generation_says_so() -> None:
 def test_nan_with_gemma2_and_flash_attn_names_the_release() -> None:
     log = "loading google/gemma-2-9b with attn_implementation=flash_attention_2\n{'loss': 2.31, 'grad_norm': nan}\n"
     assert verdict(log).remedy.startswith("Gemma-2 with flash-attn: use flash-attn >= 2.6.3")
-    assert verdict("{'loss': 2.31, 'grad_norm': nan}\n").remedy == REMEDIES["nan_loss"]
+    assert verdict("{'loss': 2.31, 'grad_norm': nan}\n").remedy == TABLE[Outcome.NAN_LOSS].remedy
 
 
 def test_sigfpe_with_an_old_cublas_names_the_version() -> None:
     log = "nvidia-cublas-cu12==12.1.3.1\n[h:1:0:1] Caught signal 8 (Floating point exception: integer divide by zero)\n"
     v = verdict(log)
     assert v.outcome == "sigfpe" and "cuBLAS 12.1.3.1 is loaded" in v.remedy
-    assert verdict("nvidia-cublas-cu12==12.4.5.8\nCaught signal 8 (x)\n").remedy == REMEDIES["sigfpe"]
+    assert verdict("nvidia-cublas-cu12==12.4.5.8\nCaught signal 8 (x)\n").remedy == TABLE[Outcome.SIGFPE].remedy
     assert "cuBLAS 12.4.2.65 is loaded" in verdict("libcublasLt.so.12.4.2.65\nCaught signal 8 (x)\n").remedy
 
 
 def test_malformed_probe_fields_are_ignored() -> None:
     bad = {"finished": True, "steps_completed": 2, "samples": 5, "options": "temperature=0", "env": ["x"]}
-    assert classify(RunFacts(result=bad, metrics=({"step": 1, "grad_norm": 0.3},), exit_code=0)).outcome == "ok"
+    assert classify(RunFacts(probe=ProbeResult.parse(bad), metrics=({"step": 1, "grad_norm": 0.3},), exit_code=0)).outcome == "ok"
 
 
 @pytest.mark.parametrize(
@@ -179,7 +181,7 @@ def _kernel_facts(problem: str) -> RunFacts:
     label = {"model": "qwen2.5-7b", "op": "mlp_up", "dtype": "bf16", "seq": 2048}
     failure = {**label, "problem": problem, **({"error": "RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"} if problem == "raised" else {})}
     result = {"finished": True, "steps_completed": 2, "kernels": {"checked": 90, "failures": [failure]}}
-    return RunFacts(exit_code=0, result=result, metrics=({"step": 1, "grad_norm": 0.5, "loss": 0.1},))
+    return RunFacts(exit_code=0, probe=ProbeResult.parse(result), metrics=({"step": 1, "grad_norm": 0.5, "loss": 0.1},))
 
 
 @pytest.mark.parametrize(("problem", "outcome"), [("non_finite", "nan_loss"), ("mismatch", "garbled_output"), ("raised", "error")])
@@ -190,19 +192,19 @@ def test_kernel_stage_failures_are_classified_with_their_shape(problem: str, out
 
 def test_sigfpe_in_the_kernel_stage_names_the_shape() -> None:
     result = {"finished": False, "stage": "kernels", "kernels": {"running": {"model": "llama-3-8b", "op": "attn_qkv", "dtype": "fp16"}}}
-    verdict = classify(RunFacts(exit_code=-8, result=result))
+    verdict = classify(RunFacts(exit_code=-8, probe=ProbeResult.parse(result)))
     assert verdict.outcome == "sigfpe" and "llama-3-8b" in verdict.evidence
 
 
 def test_parity_failure_names_the_family_and_path() -> None:
     parity = {"within_tolerance": False, "family": "gemma2", "path": "text", "implementation": "sdpa", "dtype": "fp32"}
     parity |= {"rel_err": 0.0308, "tolerance": 1e-5, "baseline_rel_err": 0.0}
-    verdict = classify(RunFacts(exit_code=0, result={"finished": True, "steps_completed": 4, "parity": parity}))
+    verdict = classify(RunFacts(exit_code=0, probe=ProbeResult.parse({"finished": True, "steps_completed": 4, "parity": parity})))
     assert verdict.outcome == "garbled_output" and "gemma2 (text path) sdpa" in verdict.evidence
 
 
 def test_gemma2_softcap_parity_failure_gets_the_softcap_remedy_not_the_flash_attn_one() -> None:
     parity = {"within_tolerance": False, "family": "gemma2", "path": "text", "implementation": "sdpa", "dtype": "fp32"}
     parity |= {"rel_err": 0.0308, "tolerance": 1e-5, "baseline_rel_err": 0.0}
-    verdict = classify(RunFacts(exit_code=0, result={"finished": True, "steps_completed": 4, "parity": parity, "options": {"attn": "sdpa"}}))
+    verdict = classify(RunFacts(exit_code=0, probe=ProbeResult.parse({"finished": True, "steps_completed": 4, "parity": parity, "options": {"attn": "sdpa"}})))
     assert "softcapping" in verdict.remedy and "eager" in verdict.remedy and "pip install flash-attn" not in verdict.remedy

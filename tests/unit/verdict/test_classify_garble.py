@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from envmatrix.records.probe_result import ProbeResult
 from envmatrix.verdict.classify import RunFacts, classify
 from envmatrix.verdict.garble import garbled
 from envmatrix.verdict.logscan import scan_text
@@ -69,10 +70,10 @@ def test_generated_text_in_a_user_log_is_judged_by_the_measure() -> None:
 
 def test_probe_samples_are_judged_by_the_same_measure() -> None:
     result = {"finished": True, "steps_completed": 4, "samples": ["'The capital of France is Paris.'", repr("ok " * 40)]}
-    v = classify(RunFacts(result=result, metrics=({"step": 1, "grad_norm": 0.5},), exit_code=0))
+    v = classify(RunFacts(probe=ProbeResult.parse(result), metrics=({"step": 1, "grad_norm": 0.5},), exit_code=0))
     assert v.outcome == "garbled_output" and v.evidence.startswith("probe sample 1: token 'ok'")
     healthy = {**result, "samples": ["'The capital of France is Paris.'", "'Two plus two is four, so the answer is 4.'"]}
-    assert classify(RunFacts(result=healthy, metrics=({"step": 1, "grad_norm": 0.5},), exit_code=0)).outcome == "ok"
+    assert classify(RunFacts(probe=ProbeResult.parse(healthy), metrics=({"step": 1, "grad_norm": 0.5},), exit_code=0)).outcome == "ok"
 
 
 def test_a_healthy_id_list_does_not_hide_the_garbled_text_after_it() -> None:

@@ -3,36 +3,33 @@ none) must never report green for the GPU it was meant to test.
 
 The probe reads the device it trained on inside the environment (`result.json` → `env`); that, not
 the plan, is what a record is checked against — when it is written and again whenever it is read,
-since records are merged from other hosts.
+since records are merged from other hosts. Part of the record contract, so it lives here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from ..facts.catalog import gpu_from_smi_name
+from .probe_result import EnvFacts
 
 
-def seen(facts: Mapping[str, Any] | None) -> str | None:
+def seen(facts: EnvFacts | None) -> str | None:
     """The matrix GPU type the probe saw: `cpu`, a catalog name, `unknown:<name>`, or None (not said)."""
-    if not facts:
+    if facts is None:
         return None
-    device = str(facts.get("device") or "")
+    device = facts.device or ""
     if device.startswith("cpu"):
         return "cpu"
-    name = facts.get("gpu_name")
-    if not isinstance(name, str) or not name:
+    if not facts.gpu_name:
         return None
-    return gpu_from_smi_name(name) or f"unknown:{name}"
+    return gpu_from_smi_name(facts.gpu_name) or f"unknown:{facts.gpu_name}"
 
 
-def mismatch(cell_gpu: str, facts: Mapping[str, Any] | None) -> str | None:
+def mismatch(cell_gpu: str, facts: EnvFacts | None) -> str | None:
     """Evidence when the probe saw another GPU type than `cell_gpu`, or could not say which; None when it matches."""
     got = seen(facts)
     if got == cell_gpu:
         return None
     if got is None:
         return f"the record does not say which device the probe ran on; the cell names {cell_gpu}"
-    detail = f" ({facts.get('gpu_name')}, compute capability {facts.get('compute_capability')})" if facts and got != "cpu" else ""
+    detail = f" ({facts.gpu_name}, compute capability {facts.compute_capability})" if facts and got != "cpu" else ""
     return f"the probe ran on {got.removeprefix('unknown:')}{detail}, not on the {cell_gpu} this cell names"
