@@ -289,7 +289,7 @@ class Runner:
                 report.cached += 1
                 self.tally[record.klass] += 1
             elif cell.status == SKIPPED:
-                record = self.skipped(cell, cell.reason, "catalog")
+                record = self.skipped(cell, cell.reason, ",".join(cell.kinds) or "plan")  # the rule: the eligibility kinds that skipped it
                 write_record(self.record_path(cell.id), record)
                 report.records.append(record)
                 self.tally[Outcome.SKIPPED] += 1

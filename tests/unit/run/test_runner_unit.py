@@ -170,6 +170,12 @@ def test_skipped_cells_are_recorded_by_classify(tmp_path: Path) -> None:
     assert rec.status == "skipped" and rec.klass == "skipped" and rec.outcome.evidence == "no wheel" and rec.outcome.remedy
 
 
+def test_a_skipped_record_names_the_eligibility_kinds_that_skipped_it(tmp_path: Path) -> None:
+    plan = [Cell(env(), Scenario("x"), status="skipped", reason="needs trl; excluded by rule 3", kinds=("needs", "excluded"))]
+    (rec,) = runner(tmp_path, FakeBackend()).run(plan, "cpu").records
+    assert rec.outcome.rule == "needs,excluded"  # reports fold not-applicable cells by it
+
+
 def test_cancelled_run_keeps_completed_records_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = FakeBackend()
     backend.delay = 0.3
