@@ -21,6 +21,7 @@ def make_record(
     freeze: list[str] | None = None,
     build: BuildFacts | None = None,
     seen_gpu: str | None = None,
+    rule: str | None = None,
 ) -> Record:
     """A record as the runner writes it; the probe saw `seen_gpu` (default: the cell's own GPU)."""
     fa = "fanone" if flash_attn == "none" else f"fa{flash_attn}"
@@ -45,7 +46,7 @@ def make_record(
     return Record(
         cell=cell,
         status="skipped" if skipped else "done",
-        outcome=decided(outcome, evidence, outcome),
+        outcome=decided(outcome, evidence, rule or outcome),
         control=None if expect is None else ("reproduced" if outcome == expect else "not reproduced"),
         backend="venv",
         runner=RunnerInfo(host="test"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from ..errors import InputError
@@ -15,7 +16,13 @@ from .common import warn
 def add_parser(sub: options.Subparsers) -> None:
     p = sub.add_parser("lock", help="write a pinned, hashed lockfile for a vetted environment")
     p.add_argument("env", nargs="?", default=None, help="environment id, e.g. cpu-torch2.13.0-tf5.23.0-fanone-cpu-py3.11")
-    p.add_argument("--best", default=None, metavar="GPU", help="lock the newest vetted environment for this GPU type")
+    p.add_argument("--best", default=None, metavar="GPU", help="lock the newest environment vetted on this GPU type for the workload")
+    p.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        help="with --best: the workload, repeatable (default: every healthy scenario that ran on that GPU and does not fail everywhere)",
+    )
     options.RESULTS.add(p)
     p.add_argument("--out", default="reports", help="output folder; the lock goes to OUT/locks/<env>/")
     p.add_argument(
@@ -30,6 +37,10 @@ def handle(args: argparse.Namespace) -> int:
         raise InputError("name an environment id (see the report's vetted list) or --best GPU")
     folders = [Path(f) for f in options.results_folders(args.results)]
     records = load_records(*folders, warn=warn)
-    folder = write_lock(records, Path(args.out), env_id=args.env, best_gpu=args.best, trust_record_indexes=args.trust_record_indexes)
+    if args.scenario and not args.best:
+        raise InputError("--scenario names the workload for --best GPU; with an environment id, the lock says what it is vetted for")
+    folder = write_lock(records, Path(args.out), env_id=args.env, best_gpu=args.best, scenarios=args.scenario, trust_record_indexes=args.trust_record_indexes)
+    vetted = json.loads((folder / "sources.json").read_text())["environment"]
+    print(f"{vetted['env']}: vetted for {', '.join(vetted['scenarios'])}; controls {vetted['controls']}/{vetted['controls_ran']} reproduced")
     print(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json")
     return 0

@@ -10,7 +10,7 @@ from rich.console import Console
 from ..errors import InputError
 from ..outputs.findings import find
 from ..outputs.report import write_report
-from ..outputs.summary import print_findings
+from ..outputs.summary import print_findings, print_vetting
 from ..records.record import load_records
 from . import options
 from .common import warn
@@ -38,5 +38,6 @@ def handle(args: argparse.Namespace) -> int:
     console = Console()
     records = load_records(*folders)
     print_findings(console, find(records, load_records(*since) if since else ()))
-    print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name})")
+    print_vetting(console, records)
+    print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name}, {outputs['vetted'].name})")
     return 0

@@ -71,7 +71,7 @@ def handle(args: argparse.Namespace) -> int:
     print_summary(console, report.records, results_dir=str(paths.results))
     console.print(f"{report.ran} cells run, {report.cached} cached (unchanged inputs; --rerun forces), {report.other_gpus} left for other GPU types")
     outputs = report_paths(paths.root) if is_current(paths.results, paths.root) else write_report([paths.results], paths.root, warn)
-    console.print(f"report: {outputs['html']} (also {outputs['csv'].name}, {outputs['json'].name})")
+    console.print(f"report: {outputs['html']} (also {outputs['csv'].name}, {outputs['json'].name}, {outputs['vetted'].name})")
     attempted = [r for r in report.records if r.status != Status.SKIPPED]
     if attempted and all(r.status == Status.BUILD_FAILED for r in attempted):
         raise BackendError(

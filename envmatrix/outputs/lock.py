@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..host.pipconfig import TORCH_INDEX, PipSettings, read_pip_settings
 from ..jsonio import write_json_atomic, write_text_atomic
 from ..records.record import BuildFacts, Record, Status
-from .vetting import Vetted, best, vetted_environments
+from .vetting import Standing, best, standings, vetted_environments
 
 PYPI = "https://pypi.org/simple"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
@@ -27,21 +27,24 @@ _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def select_environment(records: list[Record], env_id: str | None, best_gpu: str | None) -> Vetted:
-    """The vetted environment named, or the newest vetted one for a GPU type; a clear error otherwise."""
-    vetted = vetted_environments(records)
+def select_environment(records: list[Record], env_id: str | None, best_gpu: str | None, scenarios: list[str] | None = None) -> Standing:
+    """The vetted environment named, or the newest one on a GPU type vetted for the workload; a clear
+    error otherwise, saying what rules each candidate out."""
     if best_gpu:
-        choice = best(vetted, best_gpu)
-        if choice is None:
-            raise InputError(f"--best {best_gpu}: no vetted environment for {best_gpu} in the records; run the matrix there first (nox -s matrix)")
-        return choice
-    for v in vetted:
-        if v.env == env_id:
-            return v
+        choice, wanted, reasons = best(records, best_gpu, scenarios)
+        if choice is not None:
+            return choice
+        if not reasons:
+            raise InputError(f"--best {best_gpu}: no environment ran on {best_gpu} in the records; run the matrix there first (nox -s matrix)")
+        why = "; ".join(f"{env}: {', '.join(r)}" for env, r in sorted(reasons.items()))
+        raise InputError(f"--best {best_gpu}: no environment is vetted for {', '.join(wanted) or 'any scenario'}: {why}")
+    for s in standings(records):
+        if s.env == env_id:
+            if s.vetted:
+                return s
+            raise InputError(f"{env_id} is vetted for nothing: {s.why_not()}; vetted: {', '.join(v.env for v in vetted_environments(records)) or 'none'}")
     known = {r.env for r in records}
-    if env_id not in known:
-        raise InputError(f"{env_id}: no records for this environment; environments with records: {', '.join(sorted(known)) or 'none'}")
-    raise InputError(f"{env_id} is not vetted (a healthy scenario failed or a control did not reproduce); vetted: {', '.join(v.env for v in vetted) or 'none'}")
+    raise InputError(f"{env_id}: no records of a cell that ran in this environment; environments with records: {', '.join(sorted(known)) or 'none'}")
 
 
 def _freeze_and_build(records: list[Record], env_id: str) -> tuple[list[str], BuildFacts]:
@@ -142,12 +145,20 @@ def lock_folder(out_root: Path, env_id: str) -> Path:
     return folder
 
 
-def write_lock(records: list[Record], out_root: Path, env_id: str | None = None, best_gpu: str | None = None, *, trust_record_indexes: bool = False) -> Path:
+def write_lock(
+    records: list[Record],
+    out_root: Path,
+    env_id: str | None = None,
+    best_gpu: str | None = None,
+    *,
+    scenarios: list[str] | None = None,
+    trust_record_indexes: bool = False,
+) -> Path:
     """Write reports/locks/<env>/ for a vetted environment; return the folder.
 
     The package sources come from the record, which may come from another host: where they differ
     from this user's own pip settings, nothing is fetched unless the user trusts them explicitly."""
-    choice = select_environment(records, env_id, best_gpu)
+    choice = select_environment(records, env_id, best_gpu, scenarios)
     folder = lock_folder(out_root, choice.env)
     pins, build = _freeze_and_build(records, choice.env)
     diffs = index_differences(build, read_pip_settings())

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from .. import __version__
-from ..jsonio import write_text_atomic
+from ..jsonio import write_json_atomic, write_text_atomic
 from ..records.outcomes import Outcome, table_for_templates
 from ..records.record import Record, load_records
 from .findings import find, version_order
-from .vetting import vetted_environments
+from .vetting import failing_everywhere, standings, vetted_environments
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,7 +158,8 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
         findings=found,
         failed_controls=list(found.controls.failed),
         since=previous is not None,
-        vetted=[v.as_dict() for v in vetted_environments(records)],
+        standings=[{**v.as_dict(), "vetted": v.vetted, "why_not": v.why_not()} for v in standings(records)],
+        fails_everywhere=failing_everywhere(records),
         locks=locks or {},
         generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         version=__version__,
@@ -169,7 +170,7 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
 
 def report_paths(out: Path) -> dict[str, Path]:
     """Where the report's three files go."""
-    return {"html": out / "matrix.html", "csv": out / "results.csv", "json": out / "results.json"}
+    return {"html": out / "matrix.html", "csv": out / "results.csv", "json": out / "results.json", "vetted": out / "vetted.json"}
 
 
 def is_current(results: Path, out: Path) -> bool:
@@ -179,6 +180,12 @@ def is_current(results: Path, out: Path) -> bool:
         return False
     oldest_output = min(p.stat().st_mtime for p in paths.values())
     return all(r.stat().st_mtime <= oldest_output for r in results.glob("*.json"))
+
+
+def vetted_document(records: list[Record]) -> dict[str, object]:
+    """`vetted.json`: each environment vetted for something (scenarios, controls reproduced, what fails
+    there), and per GPU type the scenarios that fail everywhere (findings about the scenario)."""
+    return {"vetted": [v.as_dict() for v in vetted_environments(records)], "fails_everywhere": failing_everywhere(records)}
 
 
 def write_report(results: list[Path], out: Path, warn: Callable[[str], None] | None = None, since: list[Path] | None = None) -> dict[str, Path]:
@@ -192,6 +199,7 @@ def write_report(results: list[Path], out: Path, warn: Callable[[str], None] | N
     paths = report_paths(out)
     write_text_atomic(paths["csv"], frame.to_csv(index=False))
     write_text_atomic(paths["json"], frame.to_json(orient="records", indent=2) or "[]")
+    write_json_atomic(paths["vetted"], vetted_document(records))
     locks_dir = out / "locks"
     locks = {p.name: str(p.relative_to(out)) for p in sorted(locks_dir.iterdir())} if locks_dir.is_dir() else {}
     write_text_atomic(paths["html"], render_html(records, locks, previous))

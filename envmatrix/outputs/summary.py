@@ -21,6 +21,7 @@ from ..records.outcomes import FAILURE_GLYPH, Outcome, facts_of, glyph
 from ..records.record import Record
 from ..spec.matrix import AXES
 from .findings import Findings, find, version_order
+from .vetting import failing_everywhere, standings
 
 #: Column headers for the axes that label rows.
 AXIS_HEADERS = {"cuda": "cuda", "torch": "torch", "transformers": "tf", "flash_attn": "fa", "gpu": "gpu", "python": "py"}
@@ -165,8 +166,24 @@ def print_summary(console: Console, records: list[Record], *, results_dir: str, 
     quiet = [f"◆ controls reproduced {found.controls.reproduced}"] if found.controls.reproduced else []
     for line in pack(["outcomes:", *(f"{glyph(k)} {k} {v}" for k, v in counts.most_common()), *quiet], console.width):
         console.print(line)
+    print_vetting(console, records)
     console.print(f"records: {escape(results_dir)}")
     return list(found.controls.failed)
+
+
+def print_vetting(console: Console, records: list[Record]) -> None:
+    """What each environment is vetted for, standing on its controls; scenarios that fail everywhere first."""
+    for gpu, scenarios in failing_everywhere(records).items():
+        console.print(
+            f"[bold]{escape(', '.join(scenarios))}[/] failed in every environment on {escape(gpu)}: a finding about the scenario, not the environments"
+        )
+    for s in standings(records):
+        if s.vetted:
+            head = f"[green]vetted[/] {escape(s.env)}: vetted for {escape(', '.join(s.scenarios))}"
+        else:
+            head = f"[dim]not vetted[/] {escape(s.env)}: {escape(s.why_not())}"
+        fails = f"; fails {escape(', '.join(s.fails))}" if s.fails else ""
+        console.print(f"{head}{fails}; controls {s.controls}/{s.controls_ran}")
 
 
 def pack(entries: list[str], width: int) -> list[str]:

@@ -32,7 +32,7 @@ def test_lock_folder_stays_inside_out(tmp_path: Path) -> None:
 
 def test_record_with_foreign_indexes_needs_explicit_trust(tmp_path: Path) -> None:
     build = BuildFacts(tool="pip", freeze=("six==1.16.0",), index_url="https://evil.example/simple", find_links=("https://evil.example/wheels",))
-    records = [make_record("ok", build=build)]
+    records = [make_record("ok", build=build), make_record("zero_grad", scenario="ctl", expect="zero_grad", build=build)]  # vetted: a control reproduced
     with pytest.raises(InputError, match="--trust-record-indexes") as err:
         write_lock(records, tmp_path, env_id=records[0].env)
     assert "evil.example" in str(err.value)
@@ -59,7 +59,8 @@ def test_lock_never_builds_an_sdist_even_when_trusted(tmp_path: Path) -> None:
     wheels.mkdir()
     marker = tmp_path / "pwned"
     _sdist(wheels, marker)
-    records = [make_record("ok", build=BuildFacts(tool="pip", freeze=("evilpkg==1.0",), find_links=(str(wheels),)))]
+    build = BuildFacts(tool="pip", freeze=("evilpkg==1.0",), find_links=(str(wheels),))
+    records = [make_record("ok", build=build), make_record("zero_grad", scenario="ctl", expect="zero_grad", build=build)]
     with pytest.raises(InputError, match="pip could not look up"):
         write_lock(records, tmp_path / "out", env_id=records[0].env, trust_record_indexes=True)
     assert not marker.exists()

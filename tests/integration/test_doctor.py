@@ -42,9 +42,12 @@ def test_doctor_passes_a_healthy_environment_and_names_the_nearest_vetted_one(tm
     write_matrix(tmp_path)
     here = {"torch": installed("torch"), "transformers": installed("transformers"), "cuda": "none", "gpu": "cpu"}
     vetted = tmp_path / "vetted"
+    ctl = {"scenario": "ctl", "expect": "zero_grad"}  # a reproduced control: what vetting stands on
     for rec in (
         make_record("ok", **{**here, "transformers": "99.0.0"}, freeze=[f"torch=={installed('torch')}", "transformers==99.0.0"]),
+        make_record("zero_grad", **{**here, "transformers": "99.0.0", **ctl}),
         make_record("ok", torch="0.1.0", transformers="0.1.0", cuda="none", gpu="cpu"),
+        make_record("zero_grad", torch="0.1.0", transformers="0.1.0", cuda="none", gpu="cpu", **ctl),
     ):
         write_record(vetted / f"{cell_stem(rec.id)}.json", rec)
     code, out = doctor(tmp_path, "--scenario", "fp32-sdpa", "--scenario", "bf16-fa2", "--results", str(vetted))
@@ -76,6 +79,9 @@ def test_nearest_prefers_the_same_gpu_then_fewest_differences() -> None:
         make_record("ok", torch="2.6.0", transformers="4.57.6", freeze=["torch==2.6.0", "transformers==4.57.6"]),
         make_record("ok", torch="2.6.0", transformers="4.51.3", gpu="H20"),
         make_record("ok", torch="2.7.1", transformers="4.57.6", build=BuildFacts(freeze=("torch==2.7.1",))),
+    ]
+    records += [
+        make_record("zero_grad", scenario="ctl", expect="zero_grad", torch=r.cell.torch, transformers=r.cell.transformers, gpu=r.cell.gpu) for r in records
     ]
     nearest = nearest_vetted(env, {"torch": "2.6.0+cu124", "transformers": "4.51.3"}, records)
     assert nearest is not None and nearest.env == "cu124-torch2.6.0-tf4.57.6-fanone-a100-py3.11"

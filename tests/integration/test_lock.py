@@ -36,7 +36,7 @@ def test_lock_installs_with_require_hashes(tmp_path: Path) -> None:
 
 
 def test_tampered_lock_is_refused(tmp_path: Path) -> None:
-    records = [make_record("ok", freeze=PINS[:1])]
+    records = [make_record("ok", freeze=PINS[:1]), make_record("zero_grad", scenario="ctl", expect="zero_grad", freeze=PINS[:1])]
     folder = write_lock(records, tmp_path, env_id=records[0].env)
     lock = folder / "requirements.lock"
     text = lock.read_text()
@@ -50,9 +50,13 @@ def test_tampered_lock_is_refused(tmp_path: Path) -> None:
 
 def test_unvetted_and_unknown_environments_are_refused(tmp_path: Path) -> None:
     records = [make_record("nan_loss", freeze=PINS)]
-    with pytest.raises(InputError, match="is not vetted"):
+    with pytest.raises(InputError, match="is vetted for nothing: no healthy scenario was ok here"):
         write_lock(records, tmp_path, env_id=records[0].env)
-    with pytest.raises(InputError, match="no records for this environment"):
+    with pytest.raises(InputError, match="is vetted for nothing: no control reproduced here"):
+        write_lock([make_record("ok", freeze=PINS)], tmp_path, env_id=records[0].env)
+    with pytest.raises(InputError, match="no records of a cell that ran in this environment"):
         write_lock(records, tmp_path, env_id="cu999-nothing")
-    with pytest.raises(InputError, match="no vetted environment for H20"):
+    with pytest.raises(InputError, match="no environment ran on H20"):
         write_lock(records, tmp_path, best_gpu="H20")
+    with pytest.raises(InputError, match=r"no environment is vetted for fp32-sdpa: cu124-\S+: no healthy scenario was ok here"):
+        write_lock(records, tmp_path, best_gpu="A100")

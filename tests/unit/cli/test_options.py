@@ -161,7 +161,9 @@ def test_doctor_json(matrix: Callable[..., Path], tmp_path: Path, monkeypatch: p
     ]
     vetted = tmp_path / "vetted"
     rec = make_record("ok", torch="2.13.0", transformers="4.57.6", cuda="none", gpu="cpu")
-    write_record(vetted / f"{cell_stem(rec.id)}.json", rec)
+    ctl = make_record("zero_grad", scenario="ctl-zero-grad", expect="zero_grad", torch="2.13.0", transformers="4.57.6", cuda="none", gpu="cpu")
+    for one in (rec, ctl):  # vetted: a healthy scenario ok and a control reproduced
+        write_record(vetted / f"{cell_stem(one.id)}.json", one)
 
     def diagnose(cells: Any, gpus: Any, reports: Any, *, timeout: float, console: Any) -> answers.Diagnosis:
         console.print("progress goes to the console")

@@ -10,7 +10,7 @@ import pytest
 from records_factory import make_record
 
 from envmatrix.outputs.report import render_html, write_report
-from envmatrix.outputs.vetting import best, vetted_environments
+from envmatrix.outputs.vetting import best, failing_everywhere, vetted_environments
 from envmatrix.records.outcomes import OUTCOME_NAMES
 from envmatrix.records.record import Record, cell_stem, write_record
 
@@ -44,20 +44,70 @@ def test_flags_failed_controls_and_lists_vetted() -> None:
     assert 'id="failed-controls"' in html and "expected zero_grad, got ok" in html
     vetted = vetted_environments(records)
     assert [v.cell.transformers for v in vetted] == ["4.51.3"]
-    assert "cu124-torch2.6.0-tf4.51.3-fanone-a100-py3.11" in html.split('id="vetted"')[1]
+    listed = html.split('id="vetted"')[1]
+    assert "cu124-torch2.6.0-tf4.51.3-fanone-a100-py3.11 — vetted for healthy; controls 1/1 reproduced" in listed
+    assert "cu124-torch2.6.0-tf4.57.6-fanone-a100-py3.11 — vetted for nothing: no control reproduced here (1 ran)" in listed
 
 
-def test_vetting_rules() -> None:
-    ok = make_record("ok")
-    assert vetted_environments([ok])
-    assert not vetted_environments([ok, make_record("nan_loss", scenario="bf16")])
-    assert not vetted_environments([make_record("skipped")])
-    assert vetted_environments([ok, make_record("skipped", scenario="bf16-fa2")])  # skipped cells do not count
-    newer = make_record("ok", torch="2.7.1", cuda="12.8")
-    other_gpu = make_record("ok", torch="2.8.0", cuda="12.8", gpu="H20")
-    choice = best(vetted_environments([ok, newer, other_gpu]), "A100")
+CTL = {"scenario": "ctl", "expect": "zero_grad"}
+
+
+def test_vetted_for_the_scenarios_ok_and_only_on_a_reproduced_control() -> None:
+    ok, ctl = make_record("ok"), make_record("zero_grad", **CTL)  # type: ignore[arg-type]
+    assert not vetted_environments([ok])  # no detector proven here: vetted for nothing
+    (v,) = vetted_environments([ok, ctl, make_record("nan_loss", scenario="bf16")])
+    assert v.scenarios == ("fp32-sdpa",) and v.fails == ("bf16",) and (v.controls, v.controls_ran) == (1, 1)
+    assert not vetted_environments([make_record("skipped"), ctl])  # nothing healthy ran
+    assert not vetted_environments([make_record("nan_loss"), ctl])
+
+
+def test_a_scenario_failing_everywhere_is_a_finding_not_a_veto() -> None:
+    records = []
+    for tf in ("4.51.3", "4.57.6"):
+        records += [make_record("ok", transformers=tf), make_record("garbled_output", scenario="gemma2", transformers=tf)]
+        records.append(make_record("zero_grad", transformers=tf, **CTL))  # type: ignore[arg-type]
+    assert failing_everywhere(records) == {"A100": ["gemma2"]}
+    assert len(vetted_environments(records)) == 2
+    choice, wanted, _ = best(records, "A100")
+    assert wanted == ["fp32-sdpa"] and choice is not None and choice.cell.transformers == "4.57.6"
+    html = render_html(records)
+    assert 'id="fails-everywhere-A100"' in html and "gemma2 failed in every environment" in html
+
+
+def test_best_picks_the_newest_environment_vetted_for_the_workload() -> None:
+    old = [make_record("ok"), make_record("ok", scenario="lora"), make_record("zero_grad", **CTL)]  # type: ignore[arg-type]
+    newer = [make_record("ok", torch="2.7.1", cuda="12.8"), make_record("zero_grad", torch="2.7.1", cuda="12.8", **CTL)]  # type: ignore[arg-type]
+    newer.append(make_record("grad_lost", scenario="lora", torch="2.7.1", cuda="12.8"))
+    other_gpu = [make_record("ok", torch="2.8.0", cuda="12.8", gpu="H20"), make_record("zero_grad", torch="2.8.0", cuda="12.8", gpu="H20", **CTL)]  # type: ignore[arg-type]
+    records = old + newer + other_gpu
+    choice, wanted, reasons = best(records, "A100")  # default: fp32-sdpa and lora (lora is ok in one environment)
+    assert wanted == ["fp32-sdpa", "lora"] and choice is not None and choice.cell.torch == "2.6.0"
+    assert reasons == {"cu128-torch2.7.1-tf4.51.3-fanone-a100-py3.11": ["lora fails here"]}
+    choice, _, _ = best(records, "A100", ["fp32-sdpa"])
     assert choice is not None and choice.cell.torch == "2.7.1"
-    assert best(vetted_environments([ok]), "H20") is None
+    assert best(records, "B200")[0] is None
+
+
+def test_not_applicable_scenarios_are_not_asked_of_an_environment_unless_named() -> None:
+    base = [make_record("ok"), make_record("skipped", scenario="trl-grpo", rule="needs,excluded"), make_record("zero_grad", **CTL)]  # type: ignore[arg-type]
+    choice, wanted, _ = best(base, "A100")
+    assert choice is not None and wanted == ["fp32-sdpa"]
+    choice, _, reasons = best(base, "A100", ["trl-grpo"])
+    assert choice is None and reasons == {"cu124-torch2.6.0-tf4.51.3-fanone-a100-py3.11": ["trl-grpo does not apply here"]}
+    compat = [*base[:1], make_record("skipped", scenario="bf16", rule="catalog"), base[2]]
+    assert best(compat, "A100", ["bf16"])[2] == {"cu124-torch2.6.0-tf4.51.3-fanone-a100-py3.11": ["bf16 did not run here"]}
+
+
+def test_vetted_json_beside_the_report(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    records = [make_record("ok"), make_record("zero_grad", **CTL), make_record("ok", transformers="4.57.6")]  # type: ignore[arg-type]
+    for rec in records:
+        write_record(results / f"{cell_stem(rec.id)}.json", rec)
+    paths = write_report([results], tmp_path / "out")
+    doc = json.loads(paths["vetted"].read_text())
+    (entry,) = doc["vetted"]  # 4.57.6 ran no control: not vetted, not listed
+    assert entry["env"].endswith("tf4.51.3-fanone-a100-py3.11") and entry["scenarios"] == ["fp32-sdpa"] and entry["controls"] == 1
+    assert all(e["controls"] > 0 for e in doc["vetted"])
 
 
 def test_results_merge_from_two_runners(tmp_path: Path) -> None:
