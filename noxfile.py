@@ -60,7 +60,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(default=False)
 def matrix(session: nox.Session) -> None:
     """The main job: run the matrix on this machine (cpu profile without a GPU): nox -s matrix -- [run options]."""
-    install_once(session, "-e", ".", "uv")
+    install_once(session, "-e", ".")
     session.run("envmatrix", "run", *session.posargs)
 
 
@@ -69,7 +69,7 @@ def cell(session: nox.Session) -> None:
     """Run one cell again: nox -s cell -- CELL_ID [run options]."""
     if not session.posargs:
         session.error("name the cell: nox -s cell -- CELL_ID (see nox -s plan)")
-    install_once(session, "-e", ".", "uv")
+    install_once(session, "-e", ".")
     session.run("envmatrix", "run", "--rerun", "--only", *session.posargs)
 
 

@@ -90,5 +90,13 @@ def cpu_torch_install_args(version: str, settings: PipSettings | None = None) ->
 
 
 def find_uv() -> str | None:
-    """The uv binary: on PATH, or installed beside this interpreter (pip install uv)."""
-    return shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    """The uv binary: on PATH, beside this interpreter, or where the `uv` package (a dependency) put it."""
+    found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return None
