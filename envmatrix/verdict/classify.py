@@ -23,6 +23,8 @@ from typing import Any
 from ..records.outcomes import TABLE, Outcome, Verdict, decided
 from ..records.probe_result import EnvFacts, KernelCheck, ProbeResult
 from .garble import garbled
+from .imports import read_missing
+from .imports import remedy as missing_remedy
 from .logscan import LogScan
 
 
@@ -208,6 +210,17 @@ def _error(f: RunFacts) -> str | None:
     return hit.quote() if hit else None
 
 
+def _missing_module(f: RunFacts) -> str | None:
+    """A module (or library) not installed, in a run that did not train: a harmless `No module named` warning
+    in a run that trained is not a failure."""
+    hit = f.scan.first(Outcome.MISSING_MODULE)
+    if hit is None or _ok_evidence(f) is not None:
+        return None
+    missing = read_missing(hit.line, hit.context)
+    imported = f" (imported by {missing.importer})" if missing is not None and missing.importer else ""
+    return hit.quote() + imported
+
+
 def _build(f: RunFacts) -> str | None:
     return f.build_failed
 
@@ -217,6 +230,7 @@ _RULES: dict[Outcome, Rule] = {
     Outcome.BUILD_FAILED: _build,
     Outcome.SIGFPE: _sigfpe,
     Outcome.IMPORT_ABI: _log(Outcome.IMPORT_ABI),
+    Outcome.MISSING_MODULE: _missing_module,
     Outcome.DRIVER_TOO_OLD: _log(Outcome.DRIVER_TOO_OLD),
     Outcome.UNSUPPORTED_GPU: _log(Outcome.UNSUPPORTED_GPU),
     Outcome.OOM: _log(Outcome.OOM),
@@ -310,6 +324,10 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
                 "the image path disagrees with eager (vision tokens or multimodal rotary positions with left padding): "
                 "use eager or sdpa for the VLM, and check position ids"
             )
+    if outcome == Outcome.MISSING_MODULE and (hit := facts.scan.first(Outcome.MISSING_MODULE)) is not None:
+        missing = read_missing(hit.line, hit.context)
+        if missing is not None:
+            return missing_remedy(missing)
     if outcome == Outcome.ZERO_GRAD:
         temperature = _option(opts.temperature, seen, "temperature")
         top_p = _option(opts.top_p, seen, "top_p")

@@ -51,6 +51,15 @@ SIGNATURES: dict[str, str] = {
     "import_abi:cxxabi": r"CXXABI_[0-9.]+'?\s+not found",
     "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
     "import_abi:wrapped": r"Failed to import transformers\.[\w.]+ because of the following error",
+    # a module or library that is not installed (or lacks a name): the evidence names it, the context the importer
+    "missing_module:not_found": r"No module named '?[A-Za-z_][\w.]*'?",
+    "missing_module:requires_library": r"requires\s+the\s+\S+\s+library\s+but\s+it\s+was\s+not\s+found\s+in\s+your\s+envir\w*",  # 3.x: 'enviromnent'
+    "missing_module:requires_packages": r"requires\s+the\s+following\s+packages\s+that\s+were\s+not\s+found\s+in\s+your\s+envir\w*:\s*[\w.,\s-]+",
+    "missing_module:requires_pin": r"requires\s+`?[A-Za-z_][\w.-]*(?:[<>=!~]=?[\w.*]+)?`?\s*:\s*(?:[Pp]lease\s+)?(?:run|install)\s+`?pip install",
+    "missing_module:metadata": r"No package metadata was found for\s+[A-Za-z_][\w.-]*",
+    "missing_module:seems_not_installed": r"package\s+`?[A-Za-z_][\w.-]*`?\s+seems\s+to\s+be\s+not\s+installed",
+    "missing_module:not_installed": r"`?[A-Za-z_][\w.-]*`?\s+is\s+not\s+installed\.?\s+Please\s+install",
+    "missing_module:cannot_import": r"cannot import name '?[A-Za-z_]\w*'? from '?[A-Za-z_][\w.]*'?",
     "driver_too_old:old": r"NVIDIA driver on your system is too old",
     "driver_too_old:insufficient": r"(?i:CUDA driver version is insufficient)",
     "driver_too_old:enum": r"cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
@@ -127,12 +136,19 @@ _STRIP = re.compile(rb"\[[^\]\n]{0,80}\]|\r[^\n]{0,400}")
 _LIST_LINE = re.compile(rb"[\s:]*\d+\s*,")  # a line that goes on with a list of numbers
 
 
+#: Signatures whose hit keeps the lines before it (a traceback names the package that did the import).
+CONTEXT_OF = ("missing_module",)
+CONTEXT_LINES = 40
+
+
 @dataclass(frozen=True)
 class Hit:
-    """Where a signature or metric was seen: 1-based line number and the cleaned line."""
+    """Where a signature or metric was seen: 1-based line number and the cleaned line (and, for CONTEXT_OF
+    signatures, up to CONTEXT_LINES cleaned lines before it)."""
 
     line_no: int
     line: str
+    context: tuple[str, ...] = ()
 
     def quote(self) -> str:
         """`line 12: <text>` for evidence."""
@@ -181,6 +197,13 @@ def _line_at(buf: bytes, start: int, end: int) -> str:
     lo, hi = _line_bounds(buf, start, end)
     text = _ANSI.sub(b"", buf[lo:hi]).decode("utf-8", "replace").strip()
     return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
+
+
+def _before(buf: bytes, start: int) -> tuple[str, ...]:
+    """Up to CONTEXT_LINES cleaned lines before `start` within this chunk (bounded: MAX_LINE bytes each)."""
+    lo = max(0, start - CONTEXT_LINES * 256)
+    lines = _ANSI.sub(b"", buf[lo : buf.rfind(b"\n", 0, start) + 1]).decode("utf-8", "replace").splitlines()
+    return tuple(line[:EVIDENCE_CHARS] for line in lines[-CONTEXT_LINES:])
 
 
 def _group(name: str) -> bytes:
@@ -293,7 +316,10 @@ class _Scanner:
                 scan.facts[fact] = buf[lo:hi].decode("utf-8", "replace")
                 self.todo.discard(name)
             else:
-                scan.hits[name] = hit(m.start(), m.end())
+                found = hit(m.start(), m.end())
+                if name.split(":")[0] in CONTEXT_OF:
+                    found = Hit(found.line_no, found.line, _before(buf, m.start()))
+                scan.hits[name] = found
                 self.todo.discard(name)
 
     def _generated(self, buf: bytes, m: Any, kind: str, hit: Any) -> int:

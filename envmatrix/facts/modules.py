@@ -1,0 +1,37 @@
+"""Import names that differ from the distribution that provides them, for remedies that say what to install.
+
+Source: each distribution's PyPI page and top-level package (checked 2026-11-24). Names not listed install
+under their import name with `_` written `-` (pip normalises the rest).
+"""
+
+from __future__ import annotations
+
+DISTRIBUTIONS: dict[str, str] = {
+    "yaml": "pyyaml",
+    "cv2": "opencv-python",
+    "PIL": "pillow",
+    "sklearn": "scikit-learn",
+    "google.protobuf": "protobuf",
+    "attr": "attrs",
+    "bs4": "beautifulsoup4",
+    "dateutil": "python-dateutil",
+    "jwt": "pyjwt",
+    "skimage": "scikit-image",
+    "Crypto": "pycryptodome",
+    "serial": "pyserial",
+    "OpenSSL": "pyopenssl",
+    "git": "gitpython",
+    "fitz": "pymupdf",
+    "dotenv": "python-dotenv",
+    # library names in transformers' `X requires the <library> library` messages
+    "PyTorch": "torch",
+    "TensorFlow": "tensorflow",
+    "Flax": "flax",
+    "Accelerate": "accelerate",
+}
+
+
+def distribution(module: str) -> str:
+    """The distribution to install for an import name (`yaml` → `pyyaml`, `flash_attn` → `flash-attn`)."""
+    top = module.split(".")[0]
+    return DISTRIBUTIONS.get(module) or DISTRIBUTIONS.get(top) or top.replace("_", "-").lower()
