@@ -9,15 +9,17 @@ summarised apart: a reproduced control is good news, one that did not reproduce 
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..records.outcomes import Outcome
 from ..records.record import Record, Status
-from ..spec.matrix import AXES
+from ..verdict.imports import read_missing
 
 #: Outcomes that say nothing about the stack's training behaviour.
 QUIET = (Outcome.SKIPPED,)
@@ -38,11 +40,13 @@ def sort_values(values: Iterable[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Side:
-    """One outcome of a split and the values of the explaining axis that show it."""
+    """One outcome of a split, the values of the explaining axis that show it (one axis), or where it
+    shows in words (several axes: `with trl 0.19.1 and transformers ≥ 5.1.0`)."""
 
     outcome: str
     values: tuple[str, ...]
     cells: tuple[str, ...]
+    where: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,22 +55,33 @@ class Finding:
 
     scenario: str
     gpu: str
-    axis: str | None  # the axis whose values separate the outcomes; None when no single axis does
+    axes: tuple[str, ...]  # the fewest axes whose values separate the outcomes; () when no 1-3 axes do
     sides: tuple[Side, ...]  # failing outcomes first, ok last
     example: Record  # one failing cell: its evidence and remedy explain the finding
     everywhere: bool = False  # the scenario fails the same way in every environment tried
+    note: str = ""  # what other environments show about the cause (where a missing module was installed)
+
+    @property
+    def axis(self) -> str | None:
+        """The one axis that separates the outcomes, where one does."""
+        return self.axes[0] if len(self.axes) == 1 else None
 
     @property
     def text(self) -> str:
-        """One line: `scenario (gpu): grad_lost on transformers 4.51.3, 4.57.6; ok on 5.23.0`."""
+        """One line: `scenario (gpu): grad_lost on transformers 4.51.3, 4.57.6; ok on 5.23.0`, or, where it
+        takes several axes, `error with trl 0.19.1 and transformers ≥ 5.1.0; ok otherwise`."""
         head = f"{self.scenario} ({self.gpu})"
         if self.everywhere:
             return f"{head}: {self.sides[0].outcome} in every environment tried ({len(self.sides[0].cells)})"
         parts = []
         for i, side in enumerate(self.sides):
-            label = f"{self.axis} " if self.axis and i == 0 else ""
-            where = ", ".join(side.values) if self.axis else f"{len(side.cells)} environment{'s' if len(side.cells) > 1 else ''}"
-            parts.append(f"{side.outcome} on {label}{where}")
+            if side.where:
+                parts.append(f"{side.outcome} {side.where}")
+            elif self.axis:
+                label = f"{self.axis} " if i == 0 else ""
+                parts.append(f"{side.outcome} on {label}{', '.join(side.values)}")
+            else:
+                parts.append(f"{side.outcome} on {len(side.cells)} environment{'s' if len(side.cells) > 1 else ''}")
         return f"{head}: " + "; ".join(parts)
 
 
@@ -115,16 +130,57 @@ def _ran(records: Iterable[Record]) -> list[Record]:
     return [r for r in records if r.status != Status.SKIPPED and r.klass not in QUIET]
 
 
-def _explaining_axis(recs: list[Record]) -> str | None:
-    """The varying axis whose every value shows one outcome (fewest values first: the simplest story)."""
-    candidates = []
-    for axis in AXES:
-        by_value: dict[str, set[str]] = defaultdict(set)
-        for r in recs:
-            by_value[r.cell.axes()[axis]].add(r.klass)
-        if len(by_value) > 1 and all(len(outcomes) == 1 for outcomes in by_value.values()):
-            candidates.append((len(by_value), AXES.index(axis), axis))
-    return min(candidates)[2] if candidates else None
+#: At most this many axes explain a finding: a combination of more says nothing a reader can act on.
+MAX_AXES = 3
+
+
+def _values(r: Record) -> dict[str, str]:
+    """Every axis of a record's cell: the environment axes and its package axes (`none`: not installed)."""
+    return {**r.cell.axes(), **r.cell.packages}
+
+
+def explaining_axes(recs: list[Record]) -> tuple[str, ...]:
+    """The fewest varying axes (package axes included) whose values determine the outcome, at most MAX_AXES;
+    among as few, the one with the fewest distinct value combinations (the simplest story), then axis order."""
+    values = [_values(r) for r in recs]
+    names = list(dict.fromkeys(k for v in values for k in v))
+    varying = [a for a in names if len({v.get(a, "none") for v in values}) > 1]
+    for k in range(1, min(MAX_AXES, len(varying)) + 1):
+        found = []
+        for combo in itertools.combinations(varying, k):
+            seen: dict[tuple[str, ...], str] = {}
+            if all(seen.setdefault(tuple(v.get(a, "none") for a in combo), r.klass) == r.klass for v, r in zip(values, recs, strict=True)):
+                found.append((len(seen), [varying.index(a) for a in combo], combo))
+        if found:
+            return min(found)[2]
+    return ()
+
+
+def describe(axis: str, chosen: set[str], tried: set[str]) -> str:
+    """`transformers ≥ 5.1.0` where the chosen values are the newest of those tried (two or more of them),
+    `≤` for the oldest, else the values themselves."""
+    order = sort_values(tried)
+    picked = [v for v in order if v in chosen]
+    versions = all(version_order(v)[0] == 0 for v in order)
+    if versions and len(picked) >= 2 and len(picked) < len(order):
+        if order[-len(picked) :] == picked:
+            return f"{axis} ≥ {picked[0]}"
+        if order[: len(picked)] == picked:
+            return f"{axis} ≤ {picked[-1]}"
+    return f"{axis} {', '.join(picked)}"
+
+
+def where(side: list[Record], recs: list[Record], axes: tuple[str, ...]) -> str:
+    """A failing side in words over several axes: the values of each axis it shows, when every cell with
+    all of those values shows this outcome (`with trl 0.19.1 and transformers ≥ 5.1.0`); else its cells' combinations."""
+    values = [_values(r) for r in recs]
+    chosen = {a: {_values(r).get(a, "none") for r in side} for a in axes}
+    exact = all(r.klass == side[0].klass for v, r in zip(values, recs, strict=True) if all(v.get(a, "none") in chosen[a] for a in axes))
+    if exact:
+        tried = {a: {v.get(a, "none") for v in values} for a in axes}
+        return "with " + " and ".join(describe(a, chosen[a], tried[a]) for a in axes if chosen[a] != tried[a])
+    combos = sorted({", ".join(f"{a} {_values(r).get(a, 'none')}" for a in axes) for r in side})
+    return "with " + "; ".join(f"({c})" for c in combos)
 
 
 def _finding(scenario: str, gpu: str, recs: list[Record]) -> Finding | None:
@@ -134,21 +190,47 @@ def _finding(scenario: str, gpu: str, recs: list[Record]) -> Finding | None:
         return None
     if len(outcomes) == 1:
         side = Side(failing[0].klass, (), tuple(r.id for r in failing))
-        return Finding(scenario, gpu, None, (side,), failing[0], everywhere=True)
-    axis = _explaining_axis(recs)
+        return Finding(scenario, gpu, (), (side,), failing[0], everywhere=True)
+    axes = explaining_axes(recs)
     by_outcome: dict[str, list[Record]] = defaultdict(list)
     for r in recs:
         by_outcome[r.klass].append(r)
     order = sorted(by_outcome, key=lambda o: (o == Outcome.OK, o))
-    sides = tuple(
-        Side(
-            outcome,
-            tuple(sort_values(r.cell.axes()[axis] for r in by_outcome[outcome])) if axis else (),
-            tuple(sorted(r.id for r in by_outcome[outcome])),
-        )
-        for outcome in order
-    )
-    return Finding(scenario, gpu, axis, sides, failing[0])
+    sides = []
+    for outcome in order:
+        mine = by_outcome[outcome]
+        values = tuple(sort_values(_values(r)[axes[0]] for r in mine)) if len(axes) == 1 else ()
+        text = ""
+        if len(axes) > 1:
+            text = "otherwise" if outcome == Outcome.OK else where(mine, recs, axes)  # the failing sides are each named
+        sides.append(Side(outcome, values, tuple(sorted(r.id for r in mine)), text))
+    return Finding(scenario, gpu, axes, tuple(sides), failing[0], note=installed_elsewhere(failing[0], recs))
+
+
+def installed_elsewhere(failed: Record, recs: list[Record]) -> str:
+    """For a missing module: where another environment's freeze had its distribution, and what differs
+    there (the cause is in what brought it), preferring an environment where the scenario was ok."""
+    if failed.klass != Outcome.MISSING_MODULE:
+        return ""
+    missing = read_missing(failed.outcome.evidence)
+    if missing is None:
+        return ""
+    dist = canonicalize_name(missing.install)
+    here, mine = _values(failed), _pins(failed)
+    for r in sorted(recs, key=lambda r: (r.klass != Outcome.OK, r.id)):
+        theirs = _pins(r)
+        if dist in theirs and r.id != failed.id:
+            axes = ", ".join(f"{a} {v}" for a, v in _values(r).items() if here.get(a, "none") != v)
+            moved = [f"{n} {theirs[n]} (here {mine[n]})" for n in sorted(theirs.keys() & mine.keys()) if theirs[n] != mine[n] and n not in _values(r)]
+            others = f"; other packages there: {', '.join(moved[:4])}{' …' if len(moved) > 4 else ''}" if moved else ""
+            return f"{missing.install} {theirs[dist]} was installed in {r.env} ({r.klass}; there {axes}{others}): one of those brought it"
+    return ""
+
+
+def _pins(record: Record) -> dict[str, str]:
+    """The record's freeze as normalised name → version."""
+    pins = record.build.pins() if record.build else []
+    return {canonicalize_name(name.split("[")[0]): version for name, _, version in (line.partition("==") for line in pins)}
 
 
 def find(records: Iterable[Record], previous: Iterable[Record] = ()) -> Findings:

@@ -90,6 +90,8 @@ def print_findings(console: Console, found: Findings) -> None:
         console.print(f"[bold red]●[/] {escape(f.text)}")
         console.print(Padding(f"evidence ({escape(f.example.env)}): {escape(f.example.outcome.evidence)}", (0, 0, 0, 4)))
         console.print(Padding(f"remedy: {escape(f.example.outcome.remedy)}", (0, 0, 0, 4)))
+        if f.note:
+            console.print(Padding(f"elsewhere: {escape(f.note)}", (0, 0, 0, 4)))
     if not found.findings and not found.changes:
         console.print("Findings: no healthy scenario's outcome differs between the environments run")
     style = "bold red" if found.controls.failed else "dim"

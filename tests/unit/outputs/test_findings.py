@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from records_factory import make_record
 
 from envmatrix.outputs.findings import changes, find, sort_values
+from envmatrix.records.outcomes import Outcome
 from envmatrix.records.record import Record
 
 TF = ("4.51.3", "4.57.6", "5.23.0")
@@ -51,7 +54,7 @@ def test_controls_are_not_findings_but_a_failed_control_is_listed() -> None:
     assert [r.cell.transformers for r in result.controls.failed] == ["4.51.3", "4.57.6"]
 
 
-def test_no_single_axis_explains_it() -> None:
+def test_two_axes_that_only_together_explain_it_are_named_by_their_combinations() -> None:
     records = [
         make_record("ok", torch="2.6.0", transformers="4.51.3"),
         make_record("nan_loss", torch="2.6.0", transformers="4.57.6"),
@@ -59,8 +62,34 @@ def test_no_single_axis_explains_it() -> None:
         make_record("ok", torch="2.7.1", transformers="4.57.6"),
     ]
     finding = find(records).findings[0]
-    assert finding.axis is None
-    assert finding.text == "fp32-sdpa (A100): nan_loss on 2 environments; ok on 2 environments"
+    assert finding.axis is None and finding.axes == ("torch", "transformers")
+    assert finding.text == ("fp32-sdpa (A100): nan_loss with (torch 2.6.0, transformers 4.57.6); (torch 2.7.1, transformers 4.51.3); ok otherwise")
+
+
+def test_a_package_axis_and_a_version_range_explain_it_together() -> None:
+    """trl 0.19.1 stops importing with transformers 5.x; trl 1.16.0 works with every release tried."""
+    records = []
+    for trl, tf, outcome in (
+        ("0.19.1", "4.51.3", "ok"), ("0.19.1", "4.57.6", "ok"), ("0.19.1", "5.0.0", "ok"), ("0.19.1", "5.1.0", "error"),
+        ("0.19.1", "5.23.0", "missing_module"), ("1.16.0", "4.57.6", "ok"), ("1.16.0", "5.23.0", "ok"),
+    ):  # fmt: skip
+        rec = make_record(outcome, scenario="trl-grpo", transformers=tf, evidence="No module named 'requests'")
+        records.append(replace(rec, cell=replace(rec.cell, packages={"trl": trl}, env=rec.cell.env + f"-trl{trl}")))
+    finding = find(records).findings[0]
+    assert finding.axes == ("transformers", "trl")
+    assert finding.text == (
+        "trl-grpo (A100): error with transformers 5.1.0 and trl 0.19.1; missing_module with transformers 5.23.0 and trl 0.19.1; ok otherwise"
+    )
+    merged = [replace(r, outcome=replace(r.outcome, outcome=Outcome.ERROR)) if r.klass != "ok" else r for r in records]
+    assert find(merged).findings[0].text == "trl-grpo (A100): error with transformers ≥ 5.1.0 and trl 0.19.1; ok otherwise"
+
+
+def test_no_axes_explain_contradicting_records() -> None:
+    """The same environment with two outcomes (two runners): nothing separates them; counts are said."""
+    records = [make_record("ok"), replace(make_record("nan_loss"), runner=replace(make_record("ok").runner, host="other"))]
+    records.append(make_record("ok", torch="2.7.1"))
+    finding = find(records).findings[0]
+    assert finding.axes == () and finding.text == "fp32-sdpa (A100): nan_loss on 1 environment; ok on 2 environments"
 
 
 def test_gpus_are_separate_groups_and_everywhere_failures_come_last() -> None:
@@ -93,3 +122,15 @@ def test_changes_since_an_earlier_run() -> None:
     found = changes(new, old)
     assert [(c.before, c.after) for c in found] == [("ok", "grad_lost")]
     assert find(new, old).changes[0].text.endswith("4.57.6-fanone-a100-py3.11/fp32-sdpa: ok → grad_lost")
+
+
+def test_a_missing_module_finding_says_where_it_was_installed() -> None:
+    ok = make_record("ok", scenario="trl-grpo", freeze=["requests==2.34.2", "huggingface-hub==0.36.2", "transformers==4.57.6"], transformers="4.57.6")
+    bad = make_record(
+        "missing_module", scenario="trl-grpo", transformers="5.23.0", evidence="line 19: ModuleNotFoundError: No module named 'requests' (imported by trl)",
+        freeze=["huggingface-hub==2.4.0", "transformers==5.23.0"],
+    )  # fmt: skip
+    finding = find([ok, bad]).findings[0]
+    assert finding.note.startswith(f"requests 2.34.2 was installed in {ok.env} (ok; there transformers 4.57.6")
+    assert "huggingface-hub 0.36.2 (here 2.4.0)" in finding.note
+    assert find([ok, make_record("nan_loss", scenario="trl-grpo", transformers="5.23.0")]).findings[0].note == ""
