@@ -20,9 +20,9 @@ import jinja2
 from .. import __version__
 from ..jsonio import write_json_atomic, write_text_atomic
 from ..records.outcomes import Outcome, table_for_templates
-from ..records.record import Record, load_records
+from ..records.record import Record, Status, load_records
 from .findings import find, version_order
-from .vetting import failing_everywhere, standings, vetted_environments
+from .vetting import failing_everywhere, fold_text, not_applicable, standings, vetted_environments
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -137,8 +137,12 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
             columns.append((c.gpu, c.scenario))
         cells[(c.build, c.gpu, c.scenario)] = rec
     columns.sort()
+    na = {r.id for r in records if not_applicable(r)}
+    for env in envs.values():
+        mine = [r for r in records if r.cell.build == env["build"]]
+        env["fold"] = fold_text(len([r for r in mine if r.status != Status.SKIPPED]), len([r for r in mine if r.id in na]))
     details = {rec.id: _detail(rec) for rec in records}
-    counts = Counter(r.klass for r in records if r.control != "reproduced")  # reproduced controls: one quiet chip
+    counts = Counter(r.klass for r in records if r.control != "reproduced" and r.id not in na)  # reproduced controls, n/a: quiet chips
     found = find(records, previous or ())
     probe_versions = sorted({v for r in records if (v := r.probe_version)})
     env_loader = jinja2.PackageLoader("envmatrix.outputs", "templates")
@@ -149,7 +153,7 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
         cells=cells,
         details=details,
         counts=counts.most_common(),
-        classes=sorted({r.klass for r in records}),
+        classes=sorted({r.klass for r in records if r.id not in na}),
         outcomes=table_for_templates(),
         ok=Outcome.OK.value,
         skipped=Outcome.SKIPPED.value,
@@ -165,6 +169,7 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
         version=__version__,
         probe_versions=", ".join(probe_versions) or "n/a",
         total=len(records),
+        na=na,
     )
 
 

@@ -18,10 +18,9 @@ from rich.padding import Padding
 from rich.table import Table
 
 from ..records.outcomes import FAILURE_GLYPH, Outcome, facts_of, glyph
-from ..records.record import Record
-from ..spec.matrix import AXES
+from ..records.record import Record, Status
 from .findings import Findings, find, version_order
-from .vetting import failing_everywhere, standings
+from .vetting import failing_everywhere, fold_text, not_applicable, standings
 
 #: Column headers for the axes that label rows.
 AXIS_HEADERS = {"cuda": "cuda", "torch": "torch", "transformers": "tf", "flash_attn": "fa", "gpu": "gpu", "python": "py"}
@@ -71,12 +70,12 @@ def letters(i: int) -> str:
 
 
 def varying_axes(records: Iterable[Record]) -> list[str]:
-    """The axes with more than one value (the GPU when nothing varies: a row needs a label)."""
-    values: dict[str, set[str]] = {axis: set() for axis in AXES}
+    """The axes with more than one value, package axes included (the GPU when nothing varies: a row needs a label)."""
+    values: dict[str, set[str]] = {}
     for r in records:
-        for axis, value in r.cell.axes().items():
-            values[axis].add(value)
-    return [a for a in AXES if len(values[a]) > 1] or ["gpu"]
+        for axis, value in {**r.cell.axes(), **r.cell.packages}.items():
+            values.setdefault(axis, set()).add(value)
+    return [a for a in values if len(values[a]) > 1] or ["gpu"]
 
 
 def print_findings(console: Console, found: Findings) -> None:
@@ -111,12 +110,16 @@ def compact_table(records: list[Record]) -> tuple[Table, list[str]]:
     by_cell = {(r.env, r.cell.scenario): r for r in records}
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
     for axis in axes:
-        table.add_column(AXIS_HEADERS[axis], no_wrap=True)
+        table.add_column(AXIS_HEADERS.get(axis, axis), no_wrap=True)
     for i in range(len(scenarios)):
         table.add_column(letters(i), no_wrap=True, justify="center")
+    table.add_column("n/a", no_wrap=True, justify="right", style="dim")  # cells folded away: not applicable by design
     for env in envs:
-        label = [escape(first[env].cell.axes()[a]) for a in axes]
-        table.add_row(*label, *(code(by_cell[(env, s)]) if (env, s) in by_cell else "" for s in scenarios))
+        label = [escape({**first[env].cell.axes(), **first[env].cell.packages}.get(a, "none")) for a in axes]
+        folded = sum(not_applicable(r) for r in records if r.env == env)
+        table.add_row(
+            *label, *(code(by_cell[(env, s)]) if (env, s) in by_cell and not not_applicable(by_cell[(env, s)]) else "" for s in scenarios), str(folded or "")
+        )
     key = [f"{letters(i)} {s}" for i, s in enumerate(scenarios)]
     return table, key
 
@@ -134,8 +137,10 @@ def _per_environment(console: Console, records: list[Record]) -> None:
     for env in envs:
         mine = [r for r in records if r.env == env]
         counts = Counter("control" if r.control == "reproduced" else r.klass for r in mine if r.klass == Outcome.OK or r.control == "reproduced")
-        bad = [r for r in mine if r.klass not in PLAIN and r.control != "reproduced"]
-        line = f"{escape(env)}: {glyph(Outcome.OK)} {counts[Outcome.OK]} ok, ◆ {counts['control']} controls"
+        bad = [r for r in mine if r.klass not in PLAIN and r.control != "reproduced" and not not_applicable(r)]
+        ran = sum(r.status != Status.SKIPPED for r in mine)
+        folded = fold_text(ran, sum(not_applicable(r) for r in mine))
+        line = f"{escape(env)}: {folded}: {glyph(Outcome.OK)} {counts[Outcome.OK]} ok, ◆ {counts['control']} controls"
         console.print(line)
         for r in bad:
             console.print(f"    {code(r)} {escape(r.cell.scenario)} {r.klass}")
@@ -164,8 +169,10 @@ def print_summary(console: Console, records: list[Record], *, results_dir: str, 
     ]
     for line in pack(legend, console.width):
         console.print(escape(line))
-    counts = Counter(r.klass for r in records if r.control != "reproduced")
+    na = sum(not_applicable(r) for r in records)
+    counts = Counter(r.klass for r in records if r.control != "reproduced" and not not_applicable(r))
     quiet = [f"◆ controls reproduced {found.controls.reproduced}"] if found.controls.reproduced else []
+    quiet += [f"not applicable (blank) {na}"] if na else []
     for line in pack(["outcomes:", *(f"{glyph(k)} {k} {v}" for k, v in counts.most_common()), *quiet], console.width):
         console.print(line)
     print_vetting(console, records)

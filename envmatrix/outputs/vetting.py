@@ -106,6 +106,11 @@ def not_applicable(record: Record) -> bool:
     return record.status == Status.SKIPPED and bool(kinds) and kinds <= set(NOT_APPLICABLE)
 
 
+def fold_text(ran: int, na: int) -> str:
+    """An environment's folded line: `5 scenarios run; 14 not applicable` (the by-design skips folded away)."""
+    return f"{ran} scenario{'' if ran == 1 else 's'} run" + (f"; {na} not applicable" if na else "")
+
+
 def vetted_environments(records: list[Record]) -> list[Standing]:
     """The environments vetted for at least one scenario, in id order."""
     return [s for s in standings(records) if s.vetted]

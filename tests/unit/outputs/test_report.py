@@ -8,8 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from records_factory import make_record
+from rich.console import Console
 
 from envmatrix.outputs.report import render_html, write_report
+from envmatrix.outputs.summary import compact_table
 from envmatrix.outputs.vetting import best, failing_everywhere, vetted_environments
 from envmatrix.records.outcomes import OUTCOME_NAMES
 from envmatrix.records.record import Record, cell_stem, write_record
@@ -189,3 +191,20 @@ def test_report_command_since(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert out.index("changed: cu124-torch2.6.0-tf4.57.6-fanone-a100-py3.11/fp32-sdpa: ok → grad_lost") < out.index("fp32-sdpa (A100): grad_lost on")
     assert main(["report", "--results", str(new), "--since", str(tmp_path / "nowhere")]) == 2
     assert "no such results folder" in capsys.readouterr().err
+
+
+def test_not_applicable_cells_are_folded_and_compatibility_skips_stay() -> None:
+    records = [
+        make_record("ok"),
+        make_record("skipped", scenario="trl-grpo", rule="needs,excluded", evidence="trainer: trl needs the trl package"),
+        make_record("skipped", scenario="bf16-fa2", rule="catalog", evidence="no flash-attn wheel"),
+    ]
+    html = render_html(records)
+    assert 'class="fold">1 scenario run; 1 not applicable' in html and 'id="na-count">not applicable (folded): 1' in html
+    assert 'data-outcome="not_applicable"' in html and 'data-outcome="skipped"' in html  # the compatibility skip stays visible
+    assert 'id="f-na"' in html  # the filter still shows them
+    table, _ = compact_table(records)
+    console = Console(width=200, record=True)
+    console.print(table)
+    row = console.export_text().splitlines()[-1]
+    assert "·" in row and row.rstrip().endswith("1")  # the catalog skip drawn, the n/a one blank and counted
