@@ -198,10 +198,38 @@ def resolve(model: str, seed: int) -> ModelSource:
     return ModelSource(family=None, path=model, seed=seed, vision=config.model_type in VISION_MODEL_TYPES)
 
 
-def load_tokenizer(source: ModelSource) -> Any:
+def load_tokenizer(source: ModelSource) -> tuple[Any, dict[str, bool]]:
+    """The family's tokenizer, or the checkpoint's own as users have it, made fit to generate a batch; and what
+    prepare_tokenizer found and did to it."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(source.path) if source.path else build_tokenizer(vision=source.vision)
+    return tokenizer, prepare_tokenizer(tokenizer)
+
+
+def prepare_tokenizer(tokenizer: Any) -> dict[str, bool]:
+    """Left padding for generation, and a pad token where the tokenizer has none (eos, as TRL's GRPOTrainer
+    does: most Llama/Mistral-style tokenizers ship without one). Returns what it found and did, for result.json."""
     tokenizer.padding_side = "left"
-    return tokenizer
+    pad_from_eos = tokenizer.pad_token is None
+    if pad_from_eos:
+        if tokenizer.eos_token is None:
+            raise ProbeInputError(
+                "the checkpoint's tokenizer has neither a pad token nor an eos token: generation cannot pad a batch; set one in its tokenizer_config.json"
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+    names = list(getattr(tokenizer, "model_input_names", ()))
+    type_ids = "token_type_ids" in names
+    if type_ids:  # BERT-style tokenizers return them; a causal LM's generate refuses them (TRL's GRPOTrainer too)
+        tokenizer.model_input_names = [n for n in names if n != "token_type_ids"]
+    return {"pad_from_eos": pad_from_eos, "chat_template": bool(getattr(tokenizer, "chat_template", None)), "token_type_ids": type_ids}
+
+
+def format_prompts(tokenizer: Any, prompts: list[str]) -> tuple[list[str], bool]:
+    """The prompts as the model expects them: through its chat template when it has one (a user turn and the
+    generation prompt, as TRL renders conversational prompts), else as they are. Returns them and whether the
+    template was applied (then they already hold the special tokens)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return prompts, False
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True) for p in prompts], True
 
 
 def _checkpoint_class(path: str) -> Any:

@@ -142,7 +142,8 @@ def make_prompts(source: families.ModelSource, tokenizer: Any, model: Any, group
         pixels, grid = vision.repeat_images(batch["pixel_values"], batch["image_grid_thw"], group)
         images = {"pixel_values": pixels.to(device), "image_grid_thw": grid.to(device)}
     else:
-        batch, images = dict(tokenizer(PROMPTS, return_tensors="pt", padding=True)), {}
+        texts, templated = families.format_prompts(tokenizer, PROMPTS)
+        batch, images = dict(tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not templated)), {}
     batch = {k: v.to(device) for k, v in batch.items()}
     return Prompts(batch=batch, mask=batch["attention_mask"], images=images)
 
@@ -202,7 +203,9 @@ def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[fam
     run.result["fault"] = {"name": args.fault, "applied": args.fault != "none" and fault_note is None, "note": fault_note}
     source = families.resolve(args.model, args.seed)
     run.result["model"] = {"source": source.label, "vision": source.vision, "attn": attn}
-    tokenizer = families.load_tokenizer(source)
+    tokenizer, noted = families.load_tokenizer(source)
+    if source.path:  # a user's checkpoint: say what its tokenizer needed (the built-in families' need nothing)
+        run.result["model"]["tokenizer"] = noted
     model = families.build_model(source, attn, tokenizer).to(device)
     if args.saved_gen_config != "none":
         source = save_near_greedy(source, model, tokenizer, run.out / f".checkpoint-rank{run.rank}")

@@ -136,7 +136,7 @@ def run_trl(
     samples: list[str] = []
 
     def reward_func(completions: list[Any], **_: Any) -> list[float]:
-        texts = [c if isinstance(c, str) else str(c) for c in completions]
+        texts = [completion_text(c) for c in completions]
         if not samples:
             samples.extend(repr(t) for t in texts[: 2 * options.num_generations])
         return [reward(t) for t in texts]
@@ -146,7 +146,7 @@ def run_trl(
         model=model,
         reward_funcs=reward_func,
         args=config,
-        train_dataset=datasets.Dataset.from_dict({"prompt": list(prompts)}),
+        train_dataset=datasets.Dataset.from_dict({"prompt": conversational(tokenizer, prompts)}),
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=[_MetricsCallback(transformers.TrainerCallback, out_dir, rank, result, save).callback()],
@@ -176,6 +176,21 @@ def run_trl(
     result.update(finished=True, stage="done")
     save()
     return 0
+
+
+def conversational(tokenizer: Any, prompts: list[str]) -> list[Any]:
+    """Prompts as TRL takes them: a user turn each where the tokenizer has a chat template (TRL then applies
+    it), plain text otherwise."""
+    if getattr(tokenizer, "chat_template", None):
+        return [[{"role": "user", "content": p}] for p in prompts]
+    return list(prompts)
+
+
+def completion_text(completion: Any) -> str:
+    """A completion's text: TRL gives conversational ones as a list of messages (the assistant's last)."""
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    return completion if isinstance(completion, str) else str(completion)
 
 
 def save_for_vllm(model: Any, tokenizer: Any, folder: Path) -> None:

@@ -118,6 +118,15 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class TokenizerInfo:
+    """What a checkpoint's own tokenizer needed before it could generate a batch (`--model PATH` only)."""
+
+    pad_from_eos: bool | None = field(default=None, metadata=_doc("it had no pad token: eos pads, as TRL does"))
+    chat_template: bool | None = field(default=None, metadata=_doc("prompts went through its chat template"))
+    token_type_ids: bool | None = field(default=None, metadata=_doc("it returned token_type_ids: no longer asked for (generate refuses them)"))
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     """The model the probe built: its source (family or folder), whether it is a VLM, attention, class."""
 
@@ -126,6 +135,7 @@ class ModelInfo:
     attn: str | None = None
     class_name: str | None = field(default=None, metadata=_doc("the model's Python class", key="class"))
     trainable_vision_params: int | None = None
+    tokenizer: TokenizerInfo | None = None
 
 
 @dataclass(frozen=True)
