@@ -180,6 +180,9 @@ def _zero_grad(f: RunFacts) -> str | None:
     norms = f.scan.metrics.get("grad_norm", [])[:FIRST_STEPS]
     if norms and all(v == 0 for v, _ in norms):
         return norms[0][1].quote()
+    spread = f.scan.metrics.get("reward_std", [])[:FIRST_STEPS]
+    if not norms and len(spread) == FIRST_STEPS and all(v == 0 for v, _ in spread):
+        return f"reward_std 0.0 on the first {FIRST_STEPS} logged steps: every group's rewards tie, so every advantage is 0 ({spread[0][1].quote()})"
     return None
 
 

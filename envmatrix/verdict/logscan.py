@@ -16,6 +16,7 @@ handling: the patterns do not depend on line structure.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -80,7 +81,7 @@ SIGNATURES: dict[str, str] = {
     "oom:cpu": r"DefaultCPUAllocator: can't allocate memory",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
-    "grad_lost:element0": r"element\s+0\s+of\s+tensors\s+does\s+not\s+require\s+grad",
+    "grad_lost:element0": r"element\s+0\s+of\s+(?:tensors|variables)\s+does\s+not\s+require\s+grad",  # 'variables': torch < 1.0
     "grad_lost:none_output": r"none\s+of\s+output\s+has\s+requires_grad=True",
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
@@ -132,6 +133,11 @@ _GEN: dict[str, bytes] = {
     "char_run": rb"0{24}|1{24}|2{24}|3{24}|4{24}|5{24}|6{24}|7{24}|8{24}|9{24}",
     "non_ascii": rb"[^\x00-\x7f]{40}",
 }
+# a metrics table's header (a notebook's Trainer output, markdown or columns): `Step | Training Loss | reward_std | …`
+_TABLE = rb"(?mi)^[ \t|>]*step[ \t]*(?:\||\t|  )[^\n]*(?:loss|reward|grad[ _]norm)[^\n]*$"
+TABLE_ROWS = 64  # rows of a table read
+#: Column names as the rules know them (`Training Loss` is the loss).
+COLUMNS = {"training_loss": "loss", "train_loss": "loss", "grad norm": "grad_norm"}
 _STRIP = re.compile(rb"\[[^\]\n]{0,80}\]|\r[^\n]{0,400}")
 _LIST_LINE = re.compile(rb"[\s:]*\d+\s*,")  # a line that goes on with a list of numbers
 
@@ -230,6 +236,8 @@ def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
         parts.append(("nonfinite", _NONFINITE))
     if "gen" in names:
         parts += [("gen:" + k, v) for k, v in _GEN.items()]
+    if "table" in names:
+        parts.append(("table", _TABLE))
     if not parts and not metrics:
         return None
     body = [b"(?P<%s>%s)" % (_group(n), p) for n, p in parts] + ([_METRIC] if metrics else [])
@@ -263,7 +271,7 @@ def _spans(m: Any) -> Any:
 class _Scanner:
     def __init__(self) -> None:
         self.scan = LogScan()
-        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen"}
+        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen", "table"}
         self.metrics_left = METRIC_VALUES_KEPT
         self.gen_left = GEN_BUDGET
         self.nonfinite_left = METRIC_VALUES_KEPT
@@ -304,6 +312,9 @@ class _Scanner:
                     lo, hi = spans[alt.index[b"mval"]]
                     key = buf[key_at[0] : key_at[1]].decode().replace(" ", "_")
                     scan.metrics.setdefault(key, []).append((float(buf[lo:hi]), hit(m.start(), m.end())))
+            elif name == "table":
+                self._table(buf, m.start(), hit)
+                self.todo.discard(name)  # one table per log: bounded work
             elif name == "nonfinite":
                 self.nonfinite_left -= 1
                 if b"scale" not in m.group(0).lower():  # `loss_scale: inf` is fp16 dynamic loss scaling, not a failure
@@ -322,6 +333,28 @@ class _Scanner:
                 scan.hits[name] = found
                 self.todo.discard(name)
 
+    def _table(self, buf: bytes, start: int, hit: Any) -> None:
+        """Read a metrics table (header at `start`, then up to TABLE_ROWS numeric rows) into the metrics the
+        rules judge, as if each row were a logged step; a non-finite loss or grad_norm cell is the non-finite hit."""
+        lines = buf[start : start + TABLE_ROWS * 512].split(b"\n")
+        names = [COLUMNS.get(c, c) for c in (_cell_name(c) for c in _cells(lines[0]))]
+        offset = start + len(lines[0]) + 1
+        for line in lines[1 : TABLE_ROWS + 1]:
+            cells = _cells(line)
+            if cells and all(set(c) <= set(b"-:= ") for c in cells):  # a markdown rule line
+                offset += len(line) + 1
+                continue
+            values = [_number(c) for c in cells]
+            if len(values) != len(names) or any(v is None for v in values):
+                break
+            for key, value in zip(names, values, strict=True):
+                assert value is not None
+                if key in ("grad_norm", "reward_std", "frac_reward_zero_std"):
+                    self.scan.metrics.setdefault(key, []).append((value, hit(offset, offset + len(line))))
+                if key in ("loss", "grad_norm") and not math.isfinite(value) and self.scan.nonfinite is None:
+                    self.scan.nonfinite = hit(offset, offset + len(line))
+            offset += len(line) + 1
+
     def _generated(self, buf: bytes, m: Any, kind: str, hit: Any) -> int:
         """Judge the text around a generated-text candidate; returns where the text judged ends."""
         self.gen_left -= 1
@@ -338,6 +371,30 @@ class _Scanner:
         if verdict is not None or self.gen_left <= 0:
             self.todo.discard("gen")
         return hi
+
+
+def _cells(line: bytes) -> list[bytes]:
+    """A table row's cells: split on `|`, else tabs, else runs of two or more spaces."""
+    text = _ANSI.sub(b"", line).strip().strip(b"|").strip()
+    if b"|" in text:
+        parts = text.split(b"|")
+    elif b"\t" in text:
+        parts = text.split(b"\t")
+    else:
+        parts = re.split(rb"  +", text)
+    return [p.strip() for p in parts]
+
+
+def _cell_name(cell: bytes) -> str:
+    """`Training Loss` → `training_loss`, `rewards / x` → `rewards/x`."""
+    return re.sub(r"\s*/\s*", "/", cell.decode("utf-8", "replace").strip().lower()).replace(" ", "_")
+
+
+def _number(cell: bytes) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None
 
 
 def scan_stream(stream: BinaryIO) -> LogScan:
