@@ -69,10 +69,6 @@ class Standing:
         }
 
 
-#: The former name: doctor and lock speak of vetted environments.
-Vetted = Standing
-
-
 def standings(records: list[Record]) -> list[Standing]:
     """Every environment id (environment × GPU) that ran something, in id order."""
     groups: dict[str, list[Record]] = defaultdict(list)
