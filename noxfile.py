@@ -64,6 +64,13 @@ def matrix(session: nox.Session) -> None:
     session.run("envmatrix", "run", *session.posargs)
 
 
+@nox.session(name="gpu-check", default=False)
+def gpu_check(session: nox.Session) -> None:
+    """Self-test this GPU runner in minutes: driver, container runtime, bf16, NCCL, flash-attn, kernels (exit 3 without a GPU)."""
+    install_once(session, "-e", ".")
+    session.run("envmatrix", "gpu-check", *session.posargs)
+
+
 @nox.session(default=False)
 def cell(session: nox.Session) -> None:
     """Run one cell again: nox -s cell -- CELL_ID [run options]."""

@@ -41,7 +41,7 @@ def take_shard(cells: list[Cell], which: tuple[int, int] | None) -> list[Cell]:
     return shard(cells, which[1])[which[0] - 1]
 
 
-def select_cells(args: argparse.Namespace, *, gpu: str | None) -> tuple[Spec, str, list[Cell]]:
+def select_cells(args: argparse.Namespace, *, gpu: str | None, host: HostGpus | None = None) -> tuple[Spec, str, list[Cell]]:
     """Load the matrix, resolve the profile and expand it with the command line's selection; a selection
     that matches no cell is bad input (exit 2) for plan and run alike."""
     bad = [f"--{flag} {problem}" for flag in ("only", "skip") for p in getattr(args, flag) if (problem := check_pattern(p))]
@@ -52,7 +52,7 @@ def select_cells(args: argparse.Namespace, *, gpu: str | None) -> tuple[Spec, st
     have = spec.profiles[profile].axes["gpu"]
     if gpu is not None and gpu not in have:
         raise InputError(f"--gpu {gpu}: profile '{profile}' has no such GPU; it has {', '.join(have)}")
-    cells = expand(spec, profile, only=args.only, skip=args.skip, gpu=gpu)
+    cells = expand(spec, profile, only=args.only, skip=args.skip, gpu=gpu, host=host)
     if not cells:
         given = [f"--{flag} {p}" for flag in ("only", "skip") for p in getattr(args, flag)] + ([f"--gpu {gpu}"] if gpu else [])
         prof = spec.profiles[profile]

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from ..host.gpus import detect_gpus
 from ..plan import builds as plan
 from ..plan.builds import Build
 from ..plan.cells import SKIPPED
@@ -43,7 +44,9 @@ def environment_entry(build: Build, sources: Sources) -> dict[str, object]:
 
 def handle(args: argparse.Namespace) -> int:
     """Print the cells of a profile and the environments they need."""
-    spec, profile, cells = select_cells(args, gpu=args.gpu)
+    gpus = detect_gpus()  # this host's facts apply to the plan of its own GPU types, not to a plan for another host
+    here = gpus if gpus.count and (args.gpu is None or args.gpu in gpus.types()) else None
+    spec, profile, cells = select_cells(args, gpu=args.gpu, host=here)
     cells = take_shard(cells, args.shard)
     sources = Sources.of(spec.profiles[profile], Path(args.file).parent)
     outcome = resolve_cells(cells, sources) if args.resolve else None

@@ -42,7 +42,7 @@ def add_parser(sub: options.Subparsers) -> None:
 def handle(args: argparse.Namespace) -> int:
     """Run the matrix for this host's GPU type, record and classify every cell, print the summary."""
     gpus = detect_gpus()
-    spec, profile, cells = select_cells(args, gpu=None)
+    spec, profile, cells = select_cells(args, gpu=None, host=gpus)
     gpu = gpu_type(args, gpus)
     console = Console()
     if args.shard is not None:

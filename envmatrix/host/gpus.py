@@ -1,4 +1,5 @@
-"""What the host offers: GPUs (via nvidia-smi) mapped to the matrix's GPU names."""
+"""What the host offers: every GPU (via nvidia-smi, read once) with its driver, memory and compute
+capability, mapped to the matrix's GPU names."""
 
 from __future__ import annotations
 
@@ -8,33 +9,79 @@ from dataclasses import dataclass
 
 from ..facts.catalog import gpu_from_smi_name
 
+#: One line per GPU: `0, NVIDIA H20, 550.54.15, 97871, 9.0` (as `--format=csv,noheader,nounits` prints it).
+QUERY = "--query-gpu=index,name,driver_version,memory.total,compute_cap"
+
+
+@dataclass(frozen=True)
+class HostGpu:
+    """One GPU as nvidia-smi reports it, and the matrix GPU type its name maps to (None if unknown)."""
+
+    index: int
+    name: str
+    driver: str
+    memory_mib: int | None
+    compute_cap: str | None
+    matrix_name: str | None
+
 
 @dataclass(frozen=True)
 class HostGpus:
-    """The GPUs nvidia-smi lists: their raw names, and the matrix name they map to (None if unknown)."""
+    """The GPUs nvidia-smi lists: their raw names, the matrix type of the first (the host's), and each GPU's facts."""
 
     names: tuple[str, ...]
     matrix_name: str | None
+    devices: tuple[HostGpu, ...] = ()
+    problem: str | None = None  # nvidia-smi is there but failed: the driver cannot be talked to
 
     @property
     def count(self) -> int:
         """How many GPUs a scheduler may hand out."""
         return len(self.names)
 
+    @property
+    def driver(self) -> str | None:
+        """The NVIDIA driver version (one per host), None without a GPU."""
+        return self.devices[0].driver if self.devices else None
+
+    def types(self) -> dict[str, list[int]]:
+        """Matrix GPU type → the indexes of this host's GPUs of that type (unknown names left out)."""
+        out: dict[str, list[int]] = {}
+        for gpu in self.devices:
+            if gpu.matrix_name:
+                out.setdefault(gpu.matrix_name, []).append(gpu.index)
+        return out
+
+
+def parse_query(text: str) -> tuple[HostGpu, ...]:
+    """The GPUs of `nvidia-smi QUERY --format=csv,noheader,nounits` output; lines that do not parse are left out."""
+    gpus = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 5 or not cells[0].isdigit() or not cells[1]:
+            continue
+        memory = int(float(cells[3])) if cells[3].replace(".", "", 1).isdigit() else None
+        cap = cells[4] if cells[4] not in ("", "[N/A]", "N/A") else None
+        gpus.append(HostGpu(int(cells[0]), cells[1], cells[2], memory, cap, gpu_from_smi_name(cells[1])))
+    return tuple(gpus)
+
 
 def detect_gpus() -> HostGpus:
-    """Ask nvidia-smi; no binary, a failing driver or no GPU all mean the `cpu` runner."""
+    """Ask nvidia-smi once; no binary or no GPU means the `cpu` runner; a failing driver too, with the problem kept."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return HostGpus((), "cpu")
     try:
-        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
+        done = subprocess.run([smi, QUERY, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return HostGpus((), "cpu", problem=f"nvidia-smi could not run: {exc}")
+    if done.returncode != 0:
+        said = (done.stdout + done.stderr).strip().splitlines()
+        return HostGpus((), "cpu", problem=f"nvidia-smi exited {done.returncode}: {said[0] if said else 'no output'}")
+    devices = parse_query(done.stdout)
+    if not devices:
         return HostGpus((), "cpu")
-    names = tuple(line.strip() for line in out.splitlines() if line.strip())
-    if not names:
-        return HostGpus((), "cpu")
-    return HostGpus(names, gpu_from_smi_name(names[0]))
+    return HostGpus(tuple(g.name for g in devices), devices[0].matrix_name, devices)
 
 
 def default_profile(gpus: HostGpus) -> str:

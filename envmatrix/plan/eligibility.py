@@ -12,6 +12,8 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
+from packaging.version import InvalidVersion, Version
+
 from ..facts import catalog, families, pkgconstraints
 from ..spec.matrix import Profile, Rule, Scenario
 from .cells import PLANNED, SKIPPED, Cell, Environment
@@ -56,16 +58,40 @@ def scenario_reasons(profile: Profile, env: Environment, scenario: Scenario) -> 
     return reasons
 
 
-def host_reasons(env: Environment, scenario: Scenario, gpu_count: int | None) -> list[Reason]:
-    """What this runner lacks for the cell: GPUs for its ranks (on the CPU, ranks share it over gloo).
-    `gpu_count` None: not judged for a host (planning for another machine)."""
-    if gpu_count is None or env.gpu == "cpu" or scenario.world_size <= gpu_count:
+def host_reasons(env: Environment, scenario: Scenario, gpu_count: int | None, driver: str | None = None) -> list[Reason]:
+    """What this runner lacks for the cell: a driver new enough for its CUDA build, GPUs for its ranks (on the
+    CPU, ranks share it over gloo). `gpu_count` None: not judged for a host (planning for another machine)."""
+    if gpu_count is None or env.gpu == "cpu":
         return []
-    return [Reason(HOST, f"needs {scenario.world_size} GPUs; this runner has {gpu_count}")]
+    reasons = []
+    if driver is not None and (low := driver_too_old(env.cuda, driver)):
+        reasons.append(Reason(HOST, low))
+    if scenario.world_size > gpu_count:
+        reasons.append(Reason(HOST, f"needs {scenario.world_size} GPUs; this runner has {gpu_count}"))
+    return reasons
+
+
+def driver_too_old(cuda: str, driver: str) -> str | None:
+    """Why a CUDA build cannot run on a driver (the catalog's minimum for its CUDA major), or None."""
+    needed = catalog.min_driver(cuda)
+    try:
+        if needed is None or Version(driver) >= Version(needed):
+            return None
+    except InvalidVersion:
+        return None  # a driver string nvidia-smi did not give as a version: the run will tell
+    major = cuda.split(".")[0]
+    return f"CUDA {cuda} builds need an NVIDIA driver ≥ {needed} (CUDA {major}.x, {catalog.CUDA_DRIVER_SOURCE.where}); this host's driver is {driver}"
 
 
 def judge(
-    profile: Profile, env: Environment, scenario: Scenario, *, gpu_count: int | None = None, installed: bool = False, env_reasons: list[Reason] | None = None
+    profile: Profile,
+    env: Environment,
+    scenario: Scenario,
+    *,
+    gpu_count: int | None = None,
+    driver: str | None = None,
+    installed: bool = False,
+    env_reasons: list[Reason] | None = None,
 ) -> Cell:
     """The cell of a scenario in an environment: planned, or skipped with every reason and its kinds.
     `installed`: the environment exists already (doctor), so whether it could be built is not asked;
@@ -74,7 +100,7 @@ def judge(
         env_reasons = []
     elif env_reasons is None:
         env_reasons = environment_reasons(profile, env)
-    found = env_reasons + scenario_reasons(profile, env, scenario) + host_reasons(env, scenario, gpu_count)
+    found = env_reasons + scenario_reasons(profile, env, scenario) + host_reasons(env, scenario, gpu_count, driver)
     if not found:
         return Cell(env, scenario, PLANNED)
     return Cell(env, scenario, SKIPPED, "; ".join(r.text for r in found), tuple(dict.fromkeys(r.kind for r in found)))

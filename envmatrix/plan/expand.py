@@ -10,6 +10,7 @@ import itertools
 from collections.abc import Iterable
 
 from ..errors import InputError
+from ..host.gpus import HostGpus
 from ..spec.matrix import AXES, Profile, Spec
 from ..spec.patterns import PatternError, compile_selection
 from .cells import Cell, Environment
@@ -26,10 +27,17 @@ def environments(profile: Profile) -> list[Environment]:
 
 
 def expand(
-    spec: Spec, profile_name: str, *, only: Iterable[str] = (), skip: Iterable[str] = (), gpu: str | None = None, gpu_count: int | None = None
+    spec: Spec,
+    profile_name: str,
+    *,
+    only: Iterable[str] = (),
+    skip: Iterable[str] = (),
+    gpu: str | None = None,
+    host: HostGpus | None = None,
 ) -> list[Cell]:
     """All cells of a profile judged by the one eligibility, narrowed by select/skip patterns and GPU type.
-    `gpu_count`: this host's GPUs, when the plan is for this host (None: for any host)."""
+    `host`: this machine, when the plan is for it: the cells of its GPU types are judged against its GPU
+    count and driver (cells of other GPU types are for other runners)."""
     profile = spec.profiles[profile_name]
     try:
         select = compile_selection((*profile.select, *only))
@@ -47,5 +55,7 @@ def expand(
             if (select is not None and not select.match(cell_id)) or (unselect is not None and unselect.match(cell_id)):
                 continue
             env_reasons = environment_reasons(profile, env) if env_reasons is None else env_reasons
-            cells.append(judge(profile, env, scenario, gpu_count=gpu_count, env_reasons=env_reasons))
+            mine = host is not None and host.count > 0 and env.gpu in host.types()
+            count, driver = (host.count, host.driver) if host is not None and mine else (None, None)
+            cells.append(judge(profile, env, scenario, gpu_count=count, driver=driver, env_reasons=env_reasons))
     return cells

@@ -1,0 +1,138 @@
+"""`envmatrix gpu-check`: is this GPU runner ready for the matrix? One line per check, in minutes.
+
+Each check runs for real on the host: the driver against every CUDA build of the profile (the catalog's
+minimums), the NVIDIA container runtime in the Docker engine, bf16 support, a 2-GPU NCCL all-reduce, one
+flash-attn import, and the probe's kernel stage at reduced sizes. Checks that need what this host lacks
+(a second GPU, flash-attn, a Docker engine) say `skip` and why; a failing one says what to do.
+Without a GPU there is nothing to check: exit 3 (BackendError) saying so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import BackendError
+from ..host.gpus import HostGpus
+from ..plan.eligibility import driver_too_old
+from ..run.execute import PROBE
+from ..spec.matrix import Profile
+
+PASS, FAIL, SKIP = "pass", "FAIL", "skip"
+NO_TORCH = "No module named 'torch'"
+WHY_NO_TORCH = (
+    f"no torch in {sys.executable}: run gpu-check with an interpreter that has the GPU stack (e.g. a matrix venv's bin/python -m envmatrix gpu-check)"
+)
+CHECK_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's verdict and its line."""
+
+    name: str
+    status: str
+    detail: str
+
+    @property
+    def line(self) -> str:
+        return f"{self.status:4}  {self.name}: {self.detail}"
+
+
+def _python(code: str, *args: str, timeout: float = CHECK_TIMEOUT_S) -> tuple[int, str]:
+    """Run a snippet (or with `code` "", a script and its arguments) in this interpreter, the GPU stack under
+    test: its exit status and last output line."""
+    argv = [sys.executable, *(["-c", code] if code else []), *args]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, f"did not finish in {timeout:g} s"
+    said = (done.stdout + done.stderr).strip().splitlines()
+    return done.returncode, said[-1] if said else "no output"
+
+
+def check_driver(gpus: HostGpus, profile: Profile) -> Check:
+    lows = sorted({why for cuda in profile.axes["cuda"] if cuda != "none" and (why := driver_too_old(cuda, gpus.driver or ""))})
+    if lows:
+        return Check("driver", FAIL, f"{len(lows)} of the profile's CUDA builds cannot run: " + "; ".join(lows))
+    return Check("driver", PASS, f"{gpus.driver} runs every CUDA build of the profile ({', '.join(c for c in profile.axes['cuda'] if c != 'none')})")
+
+
+def check_container_runtime(_: HostGpus, __: Profile) -> Check:
+    try:
+        from ..backends.docker import connect
+
+        runtimes = (connect().info() or {}).get("Runtimes") or {}
+    except BackendError as exc:
+        return Check("container runtime", SKIP, f"{exc} (the venv backend runs without one)")
+    if "nvidia" not in runtimes:
+        return Check("container runtime", FAIL, "no nvidia runtime in the Docker engine: nvidia-ctk runtime configure --runtime=docker, then restart dockerd")
+    return Check("container runtime", PASS, "the Docker engine has the nvidia runtime")
+
+
+def check_bf16(_: HostGpus, __: Profile) -> Check:
+    code, said = _python(
+        "import torch; x = torch.ones(64, 64, device='cuda', dtype=torch.bfloat16); print(torch.cuda.is_bf16_supported(), float((x @ x)[0, 0]))"
+    )
+    if code != 0:
+        return Check("bf16", FAIL, f"torch could not run a bf16 matmul here: {said}")
+    supported, value = said.split()
+    return Check("bf16", PASS if supported == "True" and float(value) == 64.0 else FAIL, f"is_bf16_supported {supported}, 64x64 matmul gives {value}")
+
+
+NCCL = """
+import os, torch, torch.distributed as dist, torch.multiprocessing as mp
+def rank(r):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
+    dist.init_process_group("nccl", rank=r, world_size=2)
+    torch.cuda.set_device(r)
+    t = torch.full((1024,), float(r + 1), device="cuda")
+    dist.all_reduce(t)
+    assert float(t[0]) == 3.0, float(t[0])
+    dist.destroy_process_group()
+mp.spawn(rank, nprocs=2)
+print("all-reduce over 2 GPUs gave 3.0")
+"""
+
+
+def check_nccl(gpus: HostGpus, _: Profile) -> Check:
+    if gpus.count < 2:
+        return Check("nccl all-reduce", SKIP, f"needs 2 GPUs; this host has {gpus.count}")
+    code, said = _python(NCCL)
+    if NO_TORCH in said:
+        return Check("nccl all-reduce", SKIP, WHY_NO_TORCH)
+    return Check("nccl all-reduce", PASS if code == 0 else FAIL, said)
+
+
+def check_flash_attn(_: HostGpus, __: Profile) -> Check:
+    code, said = _python("import flash_attn, flash_attn_2_cuda; print(flash_attn.__version__)")
+    if code != 0 and "No module named 'flash_attn'" in said:
+        return Check("flash-attn", SKIP, "flash-attn is not installed in this interpreter (the matrix installs it per environment)")
+    return Check("flash-attn", PASS if code == 0 else FAIL, f"imports ({said})" if code == 0 else f"does not import: {said}")
+
+
+def check_kernels(_: HostGpus, __: Profile) -> Check:
+    with tempfile.TemporaryDirectory(prefix="envmatrix-gpucheck-") as out:
+        code, said = _python("", str(PROBE), "--out", out, "--kernels", "reduced", "--steps", "1", timeout=240)
+    if NO_TORCH in said:
+        return Check("kernel stage", SKIP, WHY_NO_TORCH)
+    return Check("kernel stage", PASS if code == 0 else FAIL, said)
+
+
+CHECKS: tuple[Callable[[HostGpus, Profile], Check], ...] = (check_driver, check_container_runtime, check_bf16, check_nccl, check_flash_attn, check_kernels)
+
+
+def run_checks(gpus: HostGpus, profile: Profile, emit: Callable[[Check], None]) -> list[Check]:
+    """Every check, each line emitted as it is known; BackendError (exit 3) without a GPU."""
+    if gpus.count == 0:
+        why = f" ({gpus.problem})" if gpus.problem else ""
+        raise BackendError(f"no GPU on this host{why}: gpu-check tests a GPU runner; on a CPU machine run nox -s matrix (the cpu profile)")
+    done = []
+    for check in CHECKS:
+        result = check(gpus, profile)
+        emit(result)
+        done.append(result)
+    return done
