@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import transformers
 
+from probes import shrink
 from probes.record import ProbeInputError
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
@@ -163,7 +164,11 @@ FAMILIES: dict[str, Family] = {
         Family("qwen2_vl", qwen2_vl_config, "Qwen2VLForConditionalGeneration", "4.45.0", vision=True),
     )
 }
-VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+
+
+class ModelUnavailable(FamilyUnavailable):
+    """The installed transformers does not know a user's model_type (a per-cell outcome in a matrix)."""
 
 
 @dataclass(frozen=True)
@@ -175,15 +180,17 @@ class ModelSource:
     seed: int = 0
     vision: bool = False
     origin: str | None = None  # the family a saved checkpoint was made from
+    shrink: bool = False  # `path` holds config.json and tokenizer only: build a tiny random model of its class
+    trust_remote_code: bool = False
 
     @property
     def label(self) -> str:
         return self.family or self.origin or f"checkpoint:{self.path}"
 
 
-def resolve(model: str, seed: int) -> ModelSource:
-    """`--model` is a family name or a local folder; anything else is a clear error."""
-    if model in FAMILIES:
+def resolve(model: str, seed: int, *, shrunk: bool = False, trust_remote_code: bool = False) -> ModelSource:
+    """`--model` is a family name or a local folder (with `shrunk`: config.json and tokenizer, no weights); anything else is a clear error."""
+    if model in FAMILIES and not shrunk:
         family = FAMILIES[model]
         if not hasattr(transformers, family.model_class):
             raise FamilyUnavailable(
@@ -192,16 +199,54 @@ def resolve(model: str, seed: int) -> ModelSource:
             )
         return ModelSource(family=model, path=None, seed=seed, vision=family.vision)
     folder = Path(model)
+    if shrunk:
+        raw = _user_config(folder, trust_remote_code)
+        return ModelSource(family=None, path=model, seed=seed, vision=raw["model_type"] in VISION_MODEL_TYPES, shrink=True, trust_remote_code=trust_remote_code)
     if not (folder / "config.json").is_file():
         raise ProbeInputError(f"--model {model!r} is neither a built-in family ({', '.join(FAMILIES)}) nor a local checkpoint folder with a config.json")
     config = transformers.AutoConfig.from_pretrained(model)
     return ModelSource(family=None, path=model, seed=seed, vision=config.model_type in VISION_MODEL_TYPES)
 
 
+def _user_config(folder: Path, trust_remote_code: bool) -> dict[str, Any]:
+    """A user's config.json, checked: readable JSON naming a model_type this transformers knows, or Python
+    files beside it that the user trusts (remote code is never run without --trust-remote-code)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        raw = shrink.read_config(folder)
+    except shrink.ShrinkError as exc:
+        raise ProbeInputError(str(exc)) from None
+    model_type = raw["model_type"]
+    remote = shrink.remote_code(raw)
+    if model_type in CONFIG_MAPPING:
+        return raw
+    if not remote:
+        raise ModelUnavailable(
+            f"model_type {model_type!r} ({folder / 'config.json'}) is not known to transformers {transformers.__version__}: "
+            "a newer transformers release may know it"
+        )
+    if not trust_remote_code:
+        raise ProbeInputError(
+            f"{folder / 'config.json'} asks for remote code (auto_map: {', '.join(sorted(set(remote.values())))}) and transformers "
+            f"{transformers.__version__} has no {model_type!r} of its own; read those files, then pass --trust-remote-code to run them"
+        )
+    return raw
+
+
 def load_tokenizer(source: ModelSource) -> tuple[Any, dict[str, bool]]:
     """The family's tokenizer, or the checkpoint's own as users have it, made fit to generate a batch; and what
     prepare_tokenizer found and did to it."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(source.path) if source.path else build_tokenizer(vision=source.vision)
+    if source.path is None:
+        tokenizer = build_tokenizer(vision=source.vision)
+    elif source.shrink:  # a user's folder: a tokenizer that cannot load is their input, said in one line
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source.path, trust_remote_code=source.trust_remote_code)
+        except Exception as exc:  # any loader failure (missing file, bad JSON, remote code) is the folder's
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ProbeInputError(f"the tokenizer in {source.path} cannot load: {first[:500]}") from None
+    else:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source.path)
     return tokenizer, prepare_tokenizer(tokenizer)
 
 
@@ -242,7 +287,9 @@ def _checkpoint_class(path: str) -> Any:
 def build_model(source: ModelSource, attn: str, tokenizer: Any, state: dict[str, torch.Tensor] | None = None) -> Any:
     """A fresh fp32 model with attention `attn`, optionally loaded with `state` (the same weights every time)."""
     model: Any
-    if source.path:
+    if source.shrink:
+        model = tiny_model(source, attn, tokenizer)
+    elif source.path:
         model = _checkpoint_class(source.path).from_pretrained(source.path, attn_implementation=attn, torch_dtype=torch.float32)
     else:
         family = FAMILIES[source.family or "qwen2"]
@@ -258,6 +305,53 @@ def build_model(source: ModelSource, attn: str, tokenizer: Any, state: dict[str,
     if state is not None:
         model.load_state_dict(state)
     return model
+
+
+def tiny_config(source: ModelSource, tokenizer: Any) -> tuple[Any, dict[str, tuple[Any, Any]], list[str]]:
+    """The user's config shrunk (probes/shrink.py) as a transformers config of their class; the changes; notes."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    assert source.path is not None
+    raw = _user_config(Path(source.path), source.trust_remote_code)
+    tiny, changes = shrink.shrink(raw, len(tokenizer))
+    notes = [f"{k} from the tokenizer: {v}" for k, v in shrink.retoken(tiny, token_ids(tokenizer)).items()]
+    try:
+        if raw["model_type"] in CONFIG_MAPPING:
+            if shrink.remote_code(raw):
+                notes.append(f"auto_map not used: transformers {transformers.__version__} has {raw['model_type']} itself")
+            config = CONFIG_MAPPING[raw["model_type"]].from_dict(tiny)
+        else:
+            cls = type(transformers.AutoConfig.from_pretrained(source.path, trust_remote_code=True))
+            config = cls.from_dict(tiny)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ProbeInputError(f"{Path(source.path) / 'config.json'}: transformers {transformers.__version__} refuses the shrunk config: {exc}") from None
+    return config, changes, notes
+
+
+def token_ids(tokenizer: Any) -> dict[str, int]:
+    """The ids a config names that must agree with the tokenizer: pad/bos/eos (the tokenizer's, as trainers use
+    them) and the Qwen-VL vision placeholders where the tokenizer has them."""
+    ids = {k: getattr(tokenizer, k) for k in ("pad_token_id", "bos_token_id", "eos_token_id") if isinstance(getattr(tokenizer, k, None), int)}
+    for key, token in zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), VISION_TOKENS, strict=True):
+        tid = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
+            ids[key] = tid
+    return ids
+
+
+def tiny_model(source: ModelSource, attn: str, tokenizer: Any) -> Any:
+    """A fresh random model of the user's class from their shrunk config (same seed every time)."""
+    config, _, _ = tiny_config(source, tokenizer)
+    config._attn_implementation = attn
+    for sub in getattr(config, "sub_configs", {}) or {}:
+        if isinstance(getattr(config, sub, None), transformers.PretrainedConfig):
+            getattr(config, sub)._attn_implementation = attn
+    named = (getattr(config, "architectures", None) or [""])[0]
+    cls = getattr(transformers, named, None) if named else None
+    torch.manual_seed(source.seed)
+    if cls is not None:
+        return cls(config)
+    return transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=source.trust_remote_code)
 
 
 def preload_model_classes() -> None:

@@ -69,6 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fault", choices=("none", "broken_attention", "no_softcap", "sigfpe"), default="none", help="inject a known failure (controls)")
     p.add_argument("--trainer", choices=("builtin", "trl"), default="builtin", help="the probe's own GRPO loop, or TRL's GRPOTrainer (trl_trainer.py)")
     p.add_argument("--use-vllm", action=argparse.BooleanOptionalAction, default=False, help="TRL only: generate with vLLM (colocate mode)")
+    p.add_argument(
+        "--shrink",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="--model is a folder with config.json and tokenizer (no weights): train a tiny random model of its architecture",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="run the Python files a model folder's config.json or tokenizer names (auto_map); never without this",
+    )
     p.add_argument("--collective-timeout", type=float, default=60.0, help="seconds before a stuck collective fails")
     return p
 

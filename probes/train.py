@@ -15,7 +15,7 @@ import torch
 import torch.distributed
 import transformers
 
-from probes import families, faults, grpo, kernels, parity, vision
+from probes import families, faults, grpo, kernels, parity, shrink, vision
 from probes.envfacts import environment_facts
 from probes.record import Run
 
@@ -201,12 +201,14 @@ def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[fam
         if fault_note is None:
             attn = name
     run.result["fault"] = {"name": args.fault, "applied": args.fault != "none" and fault_note is None, "note": fault_note}
-    source = families.resolve(args.model, args.seed)
+    source = families.resolve(args.model, args.seed, shrunk=args.shrink, trust_remote_code=args.trust_remote_code)
     run.result["model"] = {"source": source.label, "vision": source.vision, "attn": attn}
     tokenizer, noted = families.load_tokenizer(source)
     if source.path:  # a user's checkpoint: say what its tokenizer needed (the built-in families' need nothing)
         run.result["model"]["tokenizer"] = noted
     model = families.build_model(source, attn, tokenizer).to(device)
+    if source.shrink:
+        run.result["model"]["shrunk"] = shrunk_facts(source, tokenizer, model)
     if args.saved_gen_config != "none":
         source = save_near_greedy(source, model, tokenizer, run.out / f".checkpoint-rank{run.rank}")
         model = families.build_model(source, attn, tokenizer).to(device)
@@ -218,6 +220,19 @@ def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[fam
     run.result["model"]["class"] = type(model).__name__
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return source, attn, tokenizer, model, state
+
+
+def shrunk_facts(source: families.ModelSource, tokenizer: Any, model: Any) -> dict[str, Any]:
+    """What the user's architecture became: its type, layers kept, size, and each key shrunk."""
+    config, changes, notes = families.tiny_config(source, tokenizer)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return {
+        "model_type": config.model_type,
+        "layers": getattr(text, "num_hidden_layers", None),
+        "params": sum(p.numel() for p in model.parameters()),
+        "changes": {k: f"{v[0]} → {v[1]}" for k, v in shrink.shown(changes).items()},
+        "notes": notes,
+    }
 
 
 def kernel_stage(run: Run, mode: str, device: torch.device) -> None:

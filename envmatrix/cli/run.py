@@ -9,12 +9,14 @@ from rich.console import Console
 
 from ..backends.registry import BackendOptions, choose, make_backend
 from ..errors import BackendError, InputError
-from ..host.gpus import detect_gpus
+from ..host.gpus import HostGpus, detect_gpus
 from ..outputs.report import is_current, report_paths, write_report
 from ..outputs.summary import print_summary
+from ..plan.cells import Cell
 from ..plan.resolve import resolve_cells, unreachable_error
-from ..records.record import Status
+from ..records.record import Record, Status
 from ..run.runner import Paths, Runner
+from ..spec.matrix import Spec
 from . import options
 from .common import gpu_type, select_cells, take_shard, warn
 
@@ -24,33 +26,45 @@ def add_parser(sub: options.Subparsers) -> None:
     options.FILE.add(p)
     options.PROFILE.add(p)
     options.add_selection(p)
+    add_run_options(p)
+    p.set_defaults(func=handle)
+
+
+def add_run_options(p: argparse.ArgumentParser, *, reports: tuple[str | None, str] = ("reports", "reports")) -> None:
+    """How a matrix runs (run, preflight --matrix): GPU type, backend, jobs, timeout, reports (default, how
+    the help says it), venvs, fork, shard."""
     options.GPU.add(p)
     options.BACKEND.add(p)
     options.JOBS.add(p)
     p.add_argument("--rerun", action="store_true", help="run cells again even when their record is up to date")
     options.TIMEOUT.add(p)
-    options.REPORTS.add(p)
+    options.REPORTS.add(p, default=reports[0], note=reports[1])
     options.VENVS.add(p)
     p.add_argument(
         "--no-fork", action="store_true", help="start a fresh probe process per cell (default: a helper per environment forks each single-process cell)"
     )
     options.SHARD.add(p)
     p.add_argument("--no-resolve", action="store_true", help="skip the resolver check before building (e.g. no index reachable)")
-    p.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     """Run the matrix for this host's GPU type, record and classify every cell, print the summary."""
     gpus = detect_gpus()
     spec, profile, cells = select_cells(args, gpu=None, host=gpus)
+    run_matrix(args, spec, profile, cells, gpus, Console())
+    return 0
+
+
+def run_matrix(args: argparse.Namespace, spec: Spec, profile: str, cells: list[Cell], gpus: HostGpus, console: Console) -> list[Record]:
+    """Run the selected cells of this host's GPU type on the chosen backend, write the report, print the
+    summary; `run` and `preflight --matrix` share it. Returns this run's records."""
     gpu = gpu_type(args, gpus)
-    console = Console()
     if args.shard is not None:
         cells = take_shard([c for c in cells if c.env.gpu == gpu], args.shard)
         console.print(f"shard {args.shard[0]}/{args.shard[1]} of GPU type {gpu}: {len(cells)} cells")
         if not cells:
             console.print("nothing to do in this shard (more shards than environments)")
-            return 0
+            return []
     name, why = choose(args.backend, gpus.count)
     if args.backend == "auto":
         console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the {name} backend")
@@ -78,4 +92,4 @@ def handle(args: argparse.Namespace) -> int:
             f"no environment could be prepared: all {len(attempted)} cells that should run failed to build; "
             f"the build logs are in {paths.logs / 'builds'} (the report shows their tails)"
         )
-    return 0
+    return report.records

@@ -70,6 +70,8 @@ class ProbeOptions:
     trainer: str | None = None
     use_vllm: bool | None = None
     collective_timeout: float | None = None
+    shrink: bool | None = None
+    trust_remote_code: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,17 @@ class TokenizerInfo:
 
 
 @dataclass(frozen=True)
+class Shrunk:
+    """A user's architecture made tiny from its config.json (`--shrink`): what it is and what was shrunk."""
+
+    model_type: str | None = None
+    layers: int | None = field(default=None, metadata=_doc("decoder layers kept"))
+    params: int | None = field(default=None, metadata=_doc("parameters of the tiny model"))
+    changes: Mapping[str, str] = field(default_factory=dict, metadata=_doc("config key → 'full size → tiny'"))
+    notes: tuple[str, ...] = field(default=(), metadata=_doc("what the probe decided for the user's config (remote code, ids)"))
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     """The model the probe built: its source (family or folder), whether it is a VLM, attention, class."""
 
@@ -136,6 +149,7 @@ class ModelInfo:
     class_name: str | None = field(default=None, metadata=_doc("the model's Python class", key="class"))
     trainable_vision_params: int | None = None
     tokenizer: TokenizerInfo | None = None
+    shrunk: Shrunk | None = None
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,8 @@ class Scenario:
     fault: str = "none"
     trainer: str = "builtin"
     use_vllm: bool = False
+    shrink: bool = False
+    trust_remote_code: bool = False
     expect: str | None = None
 
     def probe_args(self) -> list[str]:
@@ -274,9 +276,13 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 SCENARIO_FIELDS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else type(f.default) for f in fields(Scenario)}
 SCENARIO_FIELDS.update({"expect": str, "name": str})
+#: Set by `envmatrix preflight` for a user's model folder; a matrix file names built-in families only.
+PREFLIGHT_FIELDS = ("shrink", "trust_remote_code")
+for _name in PREFLIGHT_FIELDS:
+    del SCENARIO_FIELDS[_name]
 
 
-class _Checker:
+class Checker:
     """Walks the loaded document and collects every problem with its location."""
 
     def __init__(self, src: Source) -> None:
@@ -401,7 +407,7 @@ _PATH = re.compile(r"[A-Za-z0-9._/~+-]{1,1024}")
 RULE_KEYS = (*AXES, "scenario", "reason")
 
 
-def _scenarios(ck: _Checker, raw: Any) -> dict[str, Scenario]:
+def _scenarios(ck: Checker, raw: Any) -> dict[str, Scenario]:
     out: dict[str, Scenario] = {}
     if not isinstance(raw, dict) or not raw:
         ck.err(("scenarios",), "must be a non-empty mapping of scenario name → settings")
@@ -429,7 +435,7 @@ def _scenarios(ck: _Checker, raw: Any) -> dict[str, Scenario]:
     return out
 
 
-def _rule(ck: _Checker, raw: Any, path: Path_, scenario_names: list[str], packages: tuple[str, ...] = ()) -> Rule | None:
+def _rule(ck: Checker, raw: Any, path: Path_, scenario_names: list[str], packages: tuple[str, ...] = ()) -> Rule | None:
     values = ck.mapping(raw, path, (*RULE_KEYS, *packages))
     match: list[tuple[str, tuple[str, ...]]] = []
     for key, value in values.items():
@@ -451,7 +457,7 @@ def _glob(pattern: str) -> str:
     return re.escape(pattern).replace(r"\*", ".*").replace(r"\?", ".")
 
 
-def _profile(ck: _Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) -> Profile | None:
+def _profile(ck: Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) -> Profile | None:
     path: Path_ = ("profiles", name)
     if not _NAME.fullmatch(name):
         ck.err(path, f"profile name '{name}' must be lower-case letters, digits, '.', '_' or '-'")
@@ -546,7 +552,7 @@ SCHEDULER_KEYS = ("gpus", "throttle", "image", "volume_claim", "report_partition
 TARGET_KEYS = ("shards", "partition", "gres", "constraint", "labels", "product", "gpu_count")
 
 
-def _sched_text(ck: _Checker, value: Any, path: Path_, pattern: re.Pattern[str], example: str) -> str | None:
+def _sched_text(ck: Checker, value: Any, path: Path_, pattern: re.Pattern[str], example: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not pattern.fullmatch(value):
@@ -555,18 +561,18 @@ def _sched_text(ck: _Checker, value: Any, path: Path_, pattern: re.Pattern[str],
     return value
 
 
-def _sched_int(ck: _Checker, value: Any, path: Path_, lo: int, hi: int) -> int | None:
+def _sched_int(ck: Checker, value: Any, path: Path_, lo: int, hi: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         ck.err(path, f"must be an integer in [{lo}, {hi}], got {value!r}")
         return None
     return value
 
 
-def _sched_labels(ck: _Checker, value: Any, path: Path_) -> tuple[str, ...]:
+def _sched_labels(ck: Checker, value: Any, path: Path_) -> tuple[str, ...]:
     return ck.string_list(value, path, lambda v: None if _LABEL.fullmatch(v) else f"runner label '{v}' must be letters, digits, '.', '_' or '-'")
 
 
-def _scheduler(ck: _Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Scheduler | None:
+def _scheduler(ck: Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Scheduler | None:
     values = ck.mapping(raw, path, SCHEDULER_KEYS, required=("gpus",))
     targets: dict[str, GpuTarget] = {}
     raw_gpus = values.get("gpus")
@@ -606,7 +612,7 @@ def _scheduler(ck: _Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sc
     )
 
 
-def _packages(ck: _Checker, raw: Any, path: Path_) -> dict[str, tuple[str, ...]]:
+def _packages(ck: Checker, raw: Any, path: Path_) -> dict[str, tuple[str, ...]]:
     """`packages: {trl: [0.19.1, 1.16.0], peft: [none, 0.15.2]}`: extra axes, checked like the built-in ones."""
     if raw is None:
         return {}
@@ -628,7 +634,7 @@ def _packages(ck: _Checker, raw: Any, path: Path_) -> dict[str, tuple[str, ...]]
 
 def parse(src: Source) -> Spec:
     """Validate a loaded document; raise SpecError listing every problem."""
-    ck = _Checker(src)
+    ck = Checker(src)
     # Top-level `x-…` keys are ignored (Compose's convention): a place for anchors such as `x-defaults: &d {...}`.
     extensions = tuple(k for k in src.data if k.startswith("x-")) if isinstance(src.data, dict) else ()
     top = ck.mapping(src.data, (), (*TOP_KEYS, *extensions), required=("profiles", "scenarios"))

@@ -173,7 +173,7 @@ def _zero_grad(f: RunFacts) -> str | None:
         diversity = f", distinct completions {last['distinct_ratio']:.2g}" if isinstance(last.get("distinct_ratio"), (int, float)) else ""
         return (
             f"probe: grad_norm 0.0 on steps {rows[0].get('step')}-{last.get('step')} "
-            f"(reward_std {last.get('reward_std')}, frac_reward_zero_std {last.get('frac_reward_zero_std')}{diversity})"
+            f"(reward_std {last.get('reward_std')}, frac_reward_zero_std {last.get('frac_reward_zero_std')}{diversity}){_sampling(f)}"
         )
     if f.metrics:
         return None
@@ -184,6 +184,13 @@ def _zero_grad(f: RunFacts) -> str | None:
     if not norms and len(spread) == FIRST_STEPS and all(v == 0 for v, _ in spread):
         return f"reward_std 0.0 on the first {FIRST_STEPS} logged steps: every group's rewards tie, so every advantage is 0 ({spread[0][1].quote()})"
     return None
+
+
+def _sampling(f: RunFacts) -> str:
+    """`; sampled with temperature 0.01, top_p 1.0, top_k 1`: the settings that make groups tie, as the probe ran them."""
+    opts = f.measured.options
+    said = [f"{name} {value}" for name in ("temperature", "top_p", "top_k") if (value := getattr(opts, name)) is not None]
+    return f"; sampled with {', '.join(said)}" if said else ""
 
 
 def _timeout(f: RunFacts) -> str | None:
@@ -334,9 +341,10 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
     if outcome == Outcome.ZERO_GRAD:
         temperature = _option(opts.temperature, seen, "temperature")
         top_p = _option(opts.top_p, seen, "top_p")
-        if (temperature is not None and temperature < 0.3) or (top_p is not None and top_p < 0.5):
+        top_k = _option(opts.top_k, seen, "top_k")
+        if (temperature is not None and temperature < 0.3) or (top_p is not None and top_p < 0.5) or top_k == 1:
             return (
-                f"sampling is near-greedy (temperature {temperature}, top_p {top_p}): a group's completions are identical, "
+                f"sampling is near-greedy (temperature {temperature}, top_p {top_p}, top_k {top_k}): a group's completions are identical, "
                 "so every advantage is 0; sample with temperature ~1.0 and top_p 0.8-1.0, and do not let the model's "
                 "generation_config override the trainer's sampling settings"
             )

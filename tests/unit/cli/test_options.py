@@ -64,12 +64,12 @@ def test_every_copy_of_a_shared_flag_is_the_shared_option() -> None:
 
 def test_timeout_help_is_identical_across_commands() -> None:
     helps = {name: p._option_string_actions["--timeout"].help for name, p in commands().items() if "--timeout" in p._option_string_actions}
-    assert set(helps) == {"run", "submit", "probe", "bisect", "doctor"}
+    assert set(helps) == {"run", "submit", "probe", "bisect", "doctor", "preflight"}
     assert len(set(helps.values())) == 1, helps
 
 
 def test_format_where_output_is_machine_readable() -> None:
-    assert with_flag("--format") == ["catalog", "classify", "doctor", "plan", "probe"]
+    assert with_flag("--format") == ["catalog", "classify", "doctor", "plan", "preflight", "probe"]
     assert with_flag("--json") == ["classify", "probe"]
 
 
