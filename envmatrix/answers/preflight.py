@@ -82,6 +82,23 @@ def probe_refusal(record: Record) -> str | None:
     return str(message) if message else None
 
 
+def first_release_line(model_type: str, cache: Path) -> tuple[str | None, str]:
+    """The first transformers release that knows the type (read from the released wheels) and a line saying it,
+    or None and why it could not be found (no index reachable: the matrix's own split still shows it)."""
+    import subprocess
+
+    from ..facts.archsupport import first_release
+
+    try:
+        found = first_release(model_type, cache)
+    except (InputError, subprocess.SubprocessError, OSError, StopIteration, KeyError) as exc:
+        return None, f"the first transformers release that knows {model_type} could not be read from the wheels: {str(exc)[:200] or type(exc).__name__}"
+    if found.first is None:
+        return None, f"no transformers release on the index knows {model_type} (the newest, {found.before}, read from its wheel)"
+    before = f"; {found.before} does not" if found.before else ""
+    return found.first, f"transformers knows {model_type} from {found.first} on{before} (read from the released wheels: {found.read} read)"
+
+
 def exit_code(record: Record) -> int:
     """0 when the run trained (ok), 1 when it did not, 2 when the probe refused the input in this interpreter."""
     if probe_refusal(record) is not None:

@@ -15,11 +15,15 @@ from rich.markup import escape
 from ..errors import InputError
 from ..host.gpus import HostGpus, detect_gpus
 from ..plan.expand import expand
+from ..records.outcomes import Outcome
 from ..records.record import Record, Status
 from ..spec.matrix import Scenario, Spec, load
 from . import options
 from .common import profile_name
 from .run import add_run_options, run_matrix
+
+#: Which transformers releases know which model_types, read from their wheels once (envmatrix.facts.archsupport).
+ARCH_CACHE = Path(".envmatrix") / "cache" / "transformers-model-types.json"
 
 
 def add_parser(sub: options.Subparsers) -> None:
@@ -57,7 +61,7 @@ def handle(args: argparse.Namespace) -> int:
     for note in mapped.notes:
         console.print(f"note: {escape(note)}")
     if args.matrix:
-        return _across(args, spec, profile, scenario, gpus, console, as_json)
+        return _across(args, spec, profile, scenario, model, gpus, console, as_json)
     return _here(args, spec, profile, scenario, model, mapped, gpus, console, as_json)
 
 
@@ -75,6 +79,8 @@ def _here(
     reports = Path(args.reports) if args.reports else None
     record = diagnose(cells, gpus, reports, timeout=args.timeout, console=console).records[0]
     refused = preflight.probe_refusal(record)
+    if record.klass == Outcome.UNKNOWN_MODEL:
+        refused = f"{refused}; {preflight.first_release_line(model.model_type, ARCH_CACHE)[1]}"
     if refused is not None and not as_json:
         raise InputError(f"--model-config {model.folder}: {refused}")
     answer = preflight.summary(record, model, mapped, gpus)
@@ -103,7 +109,7 @@ def _print(console: Console, record: Record, answer: dict[str, Any]) -> None:
     console.print(f"log: {escape(str(answer['log']))}")
 
 
-def _across(args: argparse.Namespace, spec: Spec, profile: str, scenario: Scenario, gpus: HostGpus, console: Console, as_json: bool) -> int:
+def _across(args: argparse.Namespace, spec: Spec, profile: str, scenario: Scenario, model: Any, gpus: HostGpus, console: Console, as_json: bool) -> int:
     """The preflight as the profile's one scenario, through the ordinary runner, records and report."""
     from ..answers import preflight
     from ..backends.registry import choose
@@ -120,7 +126,12 @@ def _across(args: argparse.Namespace, spec: Spec, profile: str, scenario: Scenar
     records = run_matrix(args, spec, profile, cells, gpus, console)
     mine = [r for r in records if r.cell.scenario == scenario.name]
     findings = [f.text for f in find(mine).findings]
+    first, line = None, None
+    if any(r.klass == Outcome.UNKNOWN_MODEL for r in mine):
+        first, line = preflight.first_release_line(model.model_type, ARCH_CACHE)
+        console.print(escape(line))
     if as_json:
         cells_json = [{"id": r.id, "env": r.env, "status": r.status, **r.outcome.as_dict()} for r in mine]
-        print(json.dumps({"scenario": scenario.name, "description": scenario.description, "cells": cells_json, "findings": findings}, indent=2))
+        answer = {"scenario": scenario.name, "description": scenario.description, "cells": cells_json, "findings": findings}
+        print(json.dumps({**answer, "first_release": first, "first_release_note": line}, indent=2))
     return 0

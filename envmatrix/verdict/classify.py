@@ -240,6 +240,7 @@ _RULES: dict[Outcome, Rule] = {
     Outcome.BUILD_FAILED: _build,
     Outcome.SIGFPE: _sigfpe,
     Outcome.IMPORT_ABI: _log(Outcome.IMPORT_ABI),
+    Outcome.UNKNOWN_MODEL: _log(Outcome.UNKNOWN_MODEL),
     Outcome.MISSING_MODULE: _missing_module,
     Outcome.DRIVER_TOO_OLD: _log(Outcome.DRIVER_TOO_OLD),
     Outcome.UNSUPPORTED_GPU: _log(Outcome.UNSUPPORTED_GPU),

@@ -52,6 +52,10 @@ SIGNATURES: dict[str, str] = {
     "import_abi:cxxabi": r"CXXABI_[0-9.]+'?\s+not found",
     "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
     "import_abi:wrapped": r"Failed to import transformers\.[\w.]+ because of the following error",
+    # an architecture the installed transformers does not know: the probe's wording, then transformers' own
+    "unknown_model:probe": r"model_type '[\w.-]+' \([^)]*\) is not known to transformers [\w.]+",
+    "unknown_model:auto": r"has model type `[\w.-]+` but Transformers does not recognize this architecture",
+    "unknown_model:unrecognized": r"Unrecognized model in \S+\. Should have a `model_type` key",
     # a module or library that is not installed (or lacks a name): the evidence names it, the context the importer
     "missing_module:not_found": r"No module named '?[A-Za-z_][\w.]*'?",
     "missing_module:requires_library": r"requires\s+the\s+\S+\s+library\s+but\s+it\s+was\s+not\s+found\s+in\s+your\s+envir\w*",  # 3.x: 'enviromnent'
