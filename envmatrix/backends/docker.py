@@ -29,6 +29,7 @@ from probes import source_files as probe_files
 
 from ..errors import BackendError
 from ..facts import catalog
+from ..host.gpus import visible_devices
 from ..host.pipconfig import read_pip_settings
 from ..plan.builds import Build
 from ..plan.cells import Environment
@@ -396,7 +397,7 @@ class DockerBackend:
             return helper
         inner = out / CELL_LOG
         inner.unlink(missing_ok=True)
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
+        env = visible_devices(gpu_ids)
         cmd = ["python", str(PROBE_IN_IMAGE), *argv]
         request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmd, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env, "ranks": ranks}
         try:

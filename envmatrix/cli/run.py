@@ -16,7 +16,7 @@ from ..plan.resolve import resolve_cells, unreachable_error
 from ..records.record import Status
 from ..run.runner import Paths, Runner
 from . import options
-from .common import gpu_type, select_cells, take_shard, warn
+from .common import gpu_types, select_cells, take_shard, warn
 
 
 def add_parser(sub: options.Subparsers) -> None:
@@ -24,7 +24,7 @@ def add_parser(sub: options.Subparsers) -> None:
     options.FILE.add(p)
     options.PROFILE.add(p)
     options.add_selection(p)
-    options.GPU.add(p)
+    options.GPU.add(p, note="every GPU type of this host, each on its own GPUs")
     options.BACKEND.add(p)
     options.JOBS.add(p)
     p.add_argument("--rerun", action="store_true", help="run cells again even when their record is up to date")
@@ -40,35 +40,38 @@ def add_parser(sub: options.Subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run the matrix for this host's GPU type, record and classify every cell, print the summary."""
+    """Run the matrix for this host's GPU types (each on its own GPUs), record and classify every cell, print the summary."""
     gpus = detect_gpus()
     spec, profile, cells = select_cells(args, gpu=None, host=gpus)
-    gpu = gpu_type(args, gpus)
+    types = gpu_types(args, gpus)
+    named = ", ".join(types)
     console = Console()
     if args.shard is not None:
-        cells = take_shard([c for c in cells if c.env.gpu == gpu], args.shard)
-        console.print(f"shard {args.shard[0]}/{args.shard[1]} of GPU type {gpu}: {len(cells)} cells")
+        cells = take_shard([c for c in cells if c.env.gpu in types], args.shard)
+        console.print(f"shard {args.shard[0]}/{args.shard[1]} of GPU types {named}: {len(cells)} cells")
         if not cells:
             console.print("nothing to do in this shard (more shards than environments)")
             return 0
     name, why = choose(args.backend, gpus.count)
     if args.backend == "auto":
-        console.print(f"{why}: running profile '{profile}' ({gpu} cells) on the {name} backend")
+        console.print(f"{why}: running profile '{profile}' ({named} cells) on the {name} backend")
     settings = BackendOptions(profile_name=profile, profile=spec.profiles[profile], gpu_count=gpus.count, venvs=Path(args.venvs), base=Path(args.file).parent)
     backend = make_backend(name, settings)
     backend.fork = not args.no_fork
     if not args.no_resolve and backend.name != "host":  # the host backend installs nothing
-        outcome = resolve_cells([c for c in cells if c.env.gpu == gpu], settings.sources)
+        outcome = resolve_cells([c for c in cells if c.env.gpu in types], settings.sources)
         if outcome.unreachable:
             raise unreachable_error(outcome)
         checked = {c.id: c for c in outcome.cells}
         cells = [checked.get(c.id, c) for c in cells]
     paths = Paths(Path(args.reports))
-    runner = Runner(backend, paths, jobs=args.jobs, timeout=args.timeout, rerun=args.rerun, gpu_count=gpus.count, console=console)
-    report = runner.run(cells, gpu)
+    runner = Runner(backend, paths, jobs=args.jobs, timeout=args.timeout, rerun=args.rerun, gpus=types, console=console)
+    report = runner.run(cells)
     if not report.records:
-        raise InputError(f"no cells of GPU type {gpu} in profile '{profile}' with this selection; see envmatrix plan --profile {profile}")
+        kinds = f"GPU type{'s' * (len(types) > 1)} {named}"
+        raise InputError(f"no cells of {kinds} in profile '{profile}' with this selection; see envmatrix plan --profile {profile}")
     print_summary(console, report.records, results_dir=str(paths.results))
+    console.print(f"GPU types run here: {report.types_text}")
     console.print(f"{report.ran} cells run, {report.cached} cached (unchanged inputs; --rerun forces), {report.other_gpus} left for other GPU types")
     outputs = report_paths(paths.root) if is_current(paths.results, paths.root) else write_report([paths.results], paths.root, warn)
     console.print(f"report: {outputs['html']} (also {outputs['csv'].name}, {outputs['json'].name}, {outputs['vetted'].name})")
