@@ -119,3 +119,53 @@ class MixedHost(FakeBackend):
     def device(self, gpu_ids: list[int]) -> str:
         types = {self.type_of[i] for i in gpu_ids}
         return str(types.pop()) if len(types) == 1 else "mixed"
+
+
+class FakeContainer:
+    """A container that ends with `code` (or hangs until killed, then ends 137), and says `output`."""
+
+    def __init__(self, code: int = 0, output: bytes = b"probe output\n", *, hangs: bool = False) -> None:
+        self.code, self.output, self.hangs = code, output, hangs
+        self.name, self.status, self.labels = "fake", "running", {}
+        self.killed = self.removed = False
+
+    def wait(self, timeout: float) -> dict[str, int]:
+        if self.hangs and not self.killed:
+            from requests.exceptions import ReadTimeout
+
+            raise ReadTimeout("the timeout passed")
+        return {"StatusCode": 137 if self.killed else self.code}
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def logs(self, stdout: bool = True, stderr: bool = True, stream: bool = False) -> object:
+        return iter([self.output]) if stream else self.output
+
+    def reload(self) -> None:
+        if self.removed:
+            raise RuntimeError("no such container")
+
+    def remove(self, force: bool = False) -> None:
+        self.removed = True
+
+
+class FakeDocker:
+    """A Docker client that records every `containers.run` (image, command, options) and answers with
+    `container`; `runtimes` are what `info()` lists (the NVIDIA runtime by default)."""
+
+    def __init__(self, container: FakeContainer | None = None, runtimes: tuple[str, ...] = ("runc", "nvidia")) -> None:
+        self.container = container or FakeContainer()
+        self.runtimes = runtimes
+        self.started: list[tuple[str, list[str], dict[str, object]]] = []
+        self.containers = self
+
+    def run(self, image: str, command: list[str], **options: object) -> FakeContainer:
+        self.started.append((image, command, options))
+        return self.container
+
+    def list(self, **filters: object) -> list[FakeContainer]:
+        return []
+
+    def info(self) -> dict[str, object]:
+        return {"Runtimes": {name: {} for name in self.runtimes}}

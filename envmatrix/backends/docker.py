@@ -284,7 +284,12 @@ class DockerBackend:
         return replace(completed, launch=f"container of its own (fork helper not used: {note})" if note else "container of its own")
 
     def _options(self, user: str, gpu_ids: list[int], volumes: dict[str, dict[str, str]]) -> dict[str, Any]:
-        """The container settings every probe process runs under, forked or not."""
+        """The container settings every probe process runs under, forked or not: the one owner of them (cells,
+        the fork helper, gpu-check's NCCL check). NCCL between the ranks of a cell needs shared memory and
+        IPC: every rank runs in the same container, so they share its IPC namespace; it stays private (not
+        the host's, not shareable) and its /dev/shm is sized for NCCL's shared-memory transport (Docker's
+        64 MB default is too small), with unlimited locked memory for pinned buffers. The GPUs are the
+        device request's (by nvidia-smi index): inside, the container sees only those, numbered from 0."""
         import docker
 
         options: dict[str, Any] = {
@@ -298,6 +303,7 @@ class DockerBackend:
             "tmpfs": {"/tmp": "", "/home/probe": ""},
             "init": True,  # a real init as PID 1: signals kill the probe as they would outside
             "shm_size": "2g",
+            "ipc_mode": "private",  # whatever the engine's default-ipc-mode: no other container joins it
             "volumes": volumes,
             "environment": {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", "HOME": "/home/probe"},
             "labels": {"envmatrix": "cell", "envmatrix.host": platform.node(), "envmatrix.runner": str(os.getpid())},
