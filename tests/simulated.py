@@ -150,22 +150,44 @@ class FakeContainer:
         self.removed = True
 
 
-class FakeDocker:
-    """A Docker client that records every `containers.run` (image, command, options) and answers with
-    `container`; `runtimes` are what `info()` lists (the NVIDIA runtime by default)."""
+class FakeImage:
+    """A local image: its tag, the environment its base set (CUDA_VERSION for an nvidia/cuda base) and when it was made."""
 
-    def __init__(self, container: FakeContainer | None = None, runtimes: tuple[str, ...] = ("runc", "nvidia")) -> None:
-        self.container = container or FakeContainer()
-        self.runtimes = runtimes
-        self.started: list[tuple[str, list[str], dict[str, object]]] = []
-        self.containers = self
+    def __init__(self, tag: str, cuda: str | None = None, created: str = "2026-01-01T00:00:00Z") -> None:
+        self.tags = [tag]
+        self.attrs = {"Created": created, "Config": {"Env": ["PATH=/opt/venv/bin", *([f"CUDA_VERSION={cuda}"] if cuda else [])]}}
+
+
+class FakeImages:
+    def __init__(self, images: list[FakeImage]) -> None:
+        self.images = images
+
+    def list(self, name: str = "") -> list[FakeImage]:
+        return [i for i in self.images if i.tags[0].split(":")[0] == name]
+
+
+class FakeContainers:
+    def __init__(self, client: FakeDocker) -> None:
+        self.client = client
 
     def run(self, image: str, command: list[str], **options: object) -> FakeContainer:
-        self.started.append((image, command, options))
-        return self.container
+        self.client.started.append((image, command, options))
+        return self.client.container
 
     def list(self, **filters: object) -> list[FakeContainer]:
         return []
+
+
+class FakeDocker:
+    """A Docker client that records every `containers.run` (image, command, options) and answers with
+    `container`; `runtimes` are what `info()` lists (the NVIDIA runtime by default), `images` what is local."""
+
+    def __init__(self, container: FakeContainer | None = None, runtimes: tuple[str, ...] = ("runc", "nvidia"), images: list[FakeImage] | None = None) -> None:
+        self.container = container or FakeContainer()
+        self.runtimes = runtimes
+        self.started: list[tuple[str, list[str], dict[str, object]]] = []
+        self.containers = FakeContainers(self)
+        self.images = FakeImages(images or [])
 
     def info(self) -> dict[str, object]:
         return {"Runtimes": {name: {} for name in self.runtimes}}
