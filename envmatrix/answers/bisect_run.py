@@ -55,7 +55,7 @@ class BisectRequest:
     base: Path
     timeout: float = 600.0
     pre: bool = False
-    gpu_count: int = 0
+    gpu_ids: tuple[int, ...] = ()  # this host's GPUs of type `gpu` (cli/common.gpu_ids)
     held: dict[str, str] = field(default_factory=dict)
 
 
@@ -131,14 +131,14 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
             raise InputError(f"{label} {version}: not a {req.axis} release on the index pip uses (newest: {', '.join(index[:5])})")
     releases = releases_between(index, req.good, req.bad, pre=req.pre)
     console.print(f"{req.axis}: {len(releases)} releases from {releases[0]} to {releases[-1]} on the index; scenario {req.scenario} on {req.gpu}")
-    options = BackendOptions(profile_name=req.profile, profile=profile, gpu_count=req.gpu_count, venvs=req.venvs, base=req.base)
-    runner = Runner(make_backend(req.backend, options), Paths(req.reports), timeout=req.timeout, gpu_count=req.gpu_count, console=console)
+    options = BackendOptions(profile_name=req.profile, profile=profile, gpu_count=len(req.gpu_ids), venvs=req.venvs, base=req.base)
+    runner = Runner(make_backend(req.backend, options), Paths(req.reports), timeout=req.timeout, gpus={req.gpu: req.gpu_ids}, console=console)
     run = BisectRun(result=Bisection(), releases=releases)
 
     def oracle(release: str) -> str:
         env = Environment.from_values({**base, req.axis: release})
-        cell = judge(profile, env, scenario, gpu_count=req.gpu_count)
-        report = runner.run([cell], req.gpu)
+        cell = judge(profile, env, scenario, gpu_count=len(req.gpu_ids))
+        report = runner.run([cell])
         record = report.records[0]
         run.records[release] = record
         if report.ran and not record.timings.prepare_reused and record.status == Status.DONE:

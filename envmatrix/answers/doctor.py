@@ -166,9 +166,9 @@ class Diagnosis:
 def diagnose(cells: list[Cell], gpus: HostGpus, reports: Path | None, *, timeout: float, console: Console) -> Diagnosis:
     """Run the cells in this interpreter (fresh: the interpreter may have changed since any record)."""
     root = reports or Path(tempfile.mkdtemp(prefix="envmatrix-doctor-"))
-    runner = Runner(HostBackend(), Paths(root), rerun=True, timeout=timeout, gpu_count=gpus.count, console=console)
     env = cells[0].env
-    report = runner.run(cells, env.gpu)
+    mine = {env.gpu: gpus.types().get(env.gpu, [])}  # a mixed host: the GPUs of this environment's type only
+    report = Runner(HostBackend(), Paths(root), rerun=True, timeout=timeout, gpus=mine, console=console).run(cells)
     return Diagnosis(env, report.records)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
+from ..host.gpus import visible_devices
 from ..plan.builds import Build
 from ..run.execute import Completed, kill_all, probe_argv, probe_command, run_logged
 from ..run.forkclient import LOG_NOTE, HelperPool, run_in_process_helper
@@ -81,7 +82,7 @@ class ProcessBackend:
 
     def run(self, ready: Prepared, scenario: Scenario, out: Path, log: Path, *, timeout: float, gpu_ids: list[int]) -> Completed:
         base = dict(ready.env) or None
-        devices = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
+        devices = visible_devices(gpu_ids)
         cmd = probe_command(ready.python, scenario, out)
         note = None
         if self.fork:

@@ -29,9 +29,11 @@ from probes import source_files as probe_files
 
 from ..errors import BackendError
 from ..facts import catalog
+from ..host.gpus import visible_devices
 from ..host.pipconfig import read_pip_settings
 from ..plan.builds import Build
 from ..plan.cells import Environment
+from ..plan.eligibility import driver_too_old
 from ..plan.install import Sources, install_set, package_pins
 from ..run.execute import Completed, probe_argv, probe_command, process_alive
 from ..run.forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, forked_launch, helper_from_hello, run_forked
@@ -46,6 +48,7 @@ HELPER_DIR = "/envmatrix-helper"  # the helper's socket folder, mounted from the
 RUNS_DIR = "/runs"  # the cells' output folders (the parent of every `out`), mounted for the helper
 CELL_LOG = ".envmatrix-cell.log"  # a forked cell's output inside its folder, moved into its log afterwards
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+IMAGES = "envmatrix-probe"  # the repository of the probe images: envmatrix-probe:<hash>
 
 
 def connect() -> Any:
@@ -192,7 +195,7 @@ class DockerBackend:
         h.update(json.dumps(args, sort_keys=True).encode())
         for wheel in sorted((folder / "wheelhouse").iterdir()):
             h.update(f"{wheel.name}:{wheel.stat().st_size}".encode())
-        return f"envmatrix-probe:{h.hexdigest()[:16]}"
+        return f"{IMAGES}:{h.hexdigest()[:16]}"
 
     def prepare(self, build: Build, log: Path) -> Prepared:
         from docker.errors import ImageNotFound
@@ -283,7 +286,12 @@ class DockerBackend:
         return replace(completed, launch=f"container of its own (fork helper not used: {note})" if note else "container of its own")
 
     def _options(self, user: str, gpu_ids: list[int], volumes: dict[str, dict[str, str]]) -> dict[str, Any]:
-        """The container settings every probe process runs under, forked or not."""
+        """The container settings every probe process runs under, forked or not: the one owner of them (cells,
+        the fork helper, gpu-check's NCCL check). NCCL between the ranks of a cell needs shared memory and
+        IPC: every rank runs in the same container, so they share its IPC namespace; it stays private (not
+        the host's, not shareable) and its /dev/shm is sized for NCCL's shared-memory transport (Docker's
+        64 MB default is too small), with unlimited locked memory for pinned buffers. The GPUs are the
+        device request's (by nvidia-smi index): inside, the container sees only those, numbered from 0."""
         import docker
 
         options: dict[str, Any] = {
@@ -297,6 +305,7 @@ class DockerBackend:
             "tmpfs": {"/tmp": "", "/home/probe": ""},
             "init": True,  # a real init as PID 1: signals kill the probe as they would outside
             "shm_size": "2g",
+            "ipc_mode": "private",  # whatever the engine's default-ipc-mode: no other container joins it
             "volumes": volumes,
             "environment": {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", "HOME": "/home/probe"},
             "labels": {"envmatrix": "cell", "envmatrix.host": platform.node(), "envmatrix.runner": str(os.getpid())},
@@ -335,6 +344,29 @@ class DockerBackend:
                 self.running.discard(container)
             container.remove(force=True)
         return Completed(code, timed_out, round(time.monotonic() - start, 3))
+
+    # ---- a script as a cell (gpu-check) -----------------------------------------------------------
+
+    def newest_cuda_image(self, driver: str | None) -> tuple[str, str] | None:
+        """The newest probe image on this engine built on a CUDA base this driver runs, and its CUDA version
+        (gpu-check runs in it: building one takes longer than the check may), or None."""
+        found = []
+        for image in self.client.images.list(name=IMAGES):
+            env = dict(e.partition("=")[::2] for e in (image.attrs.get("Config") or {}).get("Env") or [])
+            cuda = env.get("CUDA_VERSION")
+            if cuda and image.tags and not (driver and driver_too_old(cuda, driver)):
+                found.append((str(image.attrs.get("Created", "")), str(image.tags[0]), cuda))
+        return max(found)[1:] if found else None
+
+    def run_script(self, image: str, script: str, folder: Path, *, timeout: float, gpu_ids: list[int]) -> tuple[Completed, str]:
+        """A Python script in a container of `image` under exactly a cell's settings (gpu-check's NCCL
+        all-reduce: shared memory and IPC as cells get them): how it ended and what it printed."""
+        out, log = folder / "out", folder / "container.log"
+        user = _cell_user(out)
+        (out / "check.py").write_text(script)
+        ready = Prepared(python="python", seconds=0.0, reused=True, facts={"image": image})
+        done = self._run_container(ready, ["python", "/out/check.py"], out, log, timeout=timeout, gpu_ids=gpu_ids, user=user)
+        return done, log.read_text(errors="replace").partition("\n")[2]  # without the `$ docker run` line
 
     # ---- cells forked by a helper container -------------------------------------------------------
 
@@ -396,7 +428,7 @@ class DockerBackend:
             return helper
         inner = out / CELL_LOG
         inner.unlink(missing_ok=True)
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
+        env = visible_devices(gpu_ids)
         cmd = ["python", str(PROBE_IN_IMAGE), *argv]
         request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmd, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env, "ranks": ranks}
         try:

@@ -11,7 +11,7 @@ from ..backends.registry import choose
 from ..host.gpus import detect_gpus
 from ..spec.matrix import load
 from . import options
-from .common import gpu_type, profile_name
+from .common import gpu_ids, gpu_type, profile_name
 
 
 def add_parser(sub: options.Subparsers) -> None:
@@ -61,7 +61,7 @@ def handle(args: argparse.Namespace) -> int:
     name, _ = choose(args.backend, gpus.count)
     request = BisectRequest(
         axis=args.axis, good=args.good, bad=args.bad, scenario=args.scenario, profile=profile, gpu=gpu, backend=name,
-        reports=Path(args.reports), venvs=Path(args.venvs), base=Path(args.file).parent, timeout=args.timeout, pre=args.pre, gpu_count=gpus.count,
+        reports=Path(args.reports), venvs=Path(args.venvs), base=Path(args.file).parent, timeout=args.timeout, pre=args.pre, gpu_ids=tuple(gpu_ids(gpu, gpus)),
         held=dict(args.set),
     )  # fmt: skip
     console = Console()

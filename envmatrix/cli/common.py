@@ -34,6 +34,24 @@ def gpu_type(args: argparse.Namespace, gpus: HostGpus) -> str:
     return str(gpu)
 
 
+def gpu_ids(gpu: str, gpus: HostGpus) -> list[int]:
+    """The host GPUs a cell of matrix type `gpu` runs on: those of its type; all of them when the host has
+    none of that name (--gpu named the type of a GPU the catalog does not know); none for cpu."""
+    if gpu == "cpu":
+        return []
+    return gpus.types().get(gpu, [g.index for g in gpus.devices])
+
+
+def gpu_types(args: argparse.Namespace, gpus: HostGpus) -> dict[str, list[int]]:
+    """The GPU types a run covers here, each with the GPUs its cells get: every type the host has, each on
+    its own GPUs (a mixed host runs A100 cells on its A100s, H20 cells on its H20s); --gpu one type."""
+    types = gpus.types()
+    if args.gpu or not types:
+        gpu = gpu_type(args, gpus)
+        return {gpu: gpu_ids(gpu, gpus)}
+    return types
+
+
 def take_shard(cells: list[Cell], which: tuple[int, int] | None) -> list[Cell]:
     """The cells of shard I of N (all cells when no shard was asked for)."""
     if which is None:

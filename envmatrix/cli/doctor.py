@@ -50,7 +50,7 @@ def handle(args: argparse.Namespace) -> int:
     if missing:
         raise InputError(f"--results {', '.join(missing)}: no such results folder")
     env = installed_environment(gpus, spec.profiles[profile].packages)
-    cells = cells_for(spec, profile, env, args.scenario, gpu_count=gpus.count)
+    cells = cells_for(spec, profile, env, args.scenario, gpu_count=len(gpus.types().get(env.gpu, [])))
     as_json = args.format == "json"
     console = Console(stderr=as_json)  # with --format json, standard output carries the JSON alone
     note = " (no GPU: DDP scenarios run over gloo on the CPU)" if not gpus.count else ""

@@ -74,7 +74,7 @@ def _here(
 
     spec = preflight.with_scenario(spec, profile, scenario)
     env = installed_environment(gpus, spec.profiles[profile].packages)
-    cells = cells_for(spec, profile, env, [scenario.name], gpu_count=gpus.count)
+    cells = cells_for(spec, profile, env, [scenario.name], gpu_count=len(gpus.types().get(env.gpu, [])))
     console.print(f"preflight: {escape(model.model_type)} from {escape(str(model.folder))}, shrunk, in {escape(sys.executable)}")
     reports = Path(args.reports) if args.reports else None
     record = diagnose(cells, gpus, reports, timeout=args.timeout, console=console).records[0]

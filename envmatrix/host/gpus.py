@@ -53,6 +53,15 @@ class HostGpus:
         return out
 
 
+def visible_devices(gpu_ids: list[int]) -> dict[str, str]:
+    """The environment that shows a process exactly these GPUs, by nvidia-smi's indexes. CUDA numbers devices
+    fastest first unless told to use PCI bus order, nvidia-smi's order: on a mixed host the two differ, and
+    index 2 could be another type's GPU. Empty for no GPUs (a CPU cell)."""
+    if not gpu_ids:
+        return {}
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))}
+
+
 def parse_query(text: str) -> tuple[HostGpu, ...]:
     """The GPUs of `nvidia-smi QUERY --format=csv,noheader,nounits` output; lines that do not parse are left out."""
     gpus = []

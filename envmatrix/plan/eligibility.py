@@ -67,7 +67,7 @@ def host_reasons(env: Environment, scenario: Scenario, gpu_count: int | None, dr
     if driver is not None and (low := driver_too_old(env.cuda, driver)):
         reasons.append(Reason(HOST, low))
     if scenario.world_size > gpu_count:
-        reasons.append(Reason(HOST, f"needs {scenario.world_size} GPUs; this runner has {gpu_count}"))
+        reasons.append(Reason(HOST, f"needs {scenario.world_size} {env.gpu} GPUs; this runner has {gpu_count}"))
     return reasons
 
 

@@ -36,14 +36,15 @@ def expand(
     host: HostGpus | None = None,
 ) -> list[Cell]:
     """All cells of a profile judged by the one eligibility, narrowed by select/skip patterns and GPU type.
-    `host`: this machine, when the plan is for it: the cells of its GPU types are judged against its GPU
-    count and driver (cells of other GPU types are for other runners)."""
+    `host`: this machine, when the plan is for it: the cells of its GPU types are judged against how many
+    GPUs of their type it has, and its driver (cells of other GPU types are for other runners)."""
     profile = spec.profiles[profile_name]
     try:
         select = compile_selection((*profile.select, *only))
         unselect = compile_selection((*profile.skip, *skip))
     except PatternError as exc:
         raise InputError(f"selection: {exc}") from None
+    types = host.types() if host is not None else {}  # a mixed host: each cell judged by the GPUs of its type
     cells: list[Cell] = []
     for env in environments(profile):
         if gpu is not None and env.gpu != gpu:
@@ -55,7 +56,7 @@ def expand(
             if (select is not None and not select.match(cell_id)) or (unselect is not None and unselect.match(cell_id)):
                 continue
             env_reasons = environment_reasons(profile, env) if env_reasons is None else env_reasons
-            mine = host is not None and host.count > 0 and env.gpu in host.types()
-            count, driver = (host.count, host.driver) if host is not None and mine else (None, None)
+            ids = types.get(env.gpu)
+            count, driver = (len(ids), host.driver) if host is not None and ids else (None, None)
             cells.append(judge(profile, env, scenario, gpu_count=count, driver=driver, env_reasons=env_reasons))
     return cells

@@ -15,6 +15,7 @@ import signal
 import threading
 import traceback
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,13 @@ class RunReport:
     cached: int = 0
     other_gpus: int = 0
     reaped: int = 0
+    types: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the GPU types whose cells it held, and their GPUs
+
+    @property
+    def types_text(self) -> str:
+        """Which GPU types ran and on which GPUs, for the run's summary: `A100 on 2 GPUs (0,2), H20 on 2 GPUs (1,3)`."""
+        said = (f"{gpu} on {len(ids)} GPU{'s' * (len(ids) != 1)} ({','.join(map(str, ids))})" if ids else f"{gpu} (no GPU)" for gpu, ids in self.types.items())
+        return ", ".join(said)
 
 
 def _now() -> str:
@@ -98,10 +106,11 @@ def _now() -> str:
 
 
 class GpuPool:
-    """Whole GPUs handed to slots: a DDP cell takes world-size GPUs at once (CUDA_VISIBLE_DEVICES)."""
+    """The whole GPUs of one type handed to slots, by nvidia-smi index: a DDP cell takes world-size GPUs at once."""
 
-    def __init__(self, count: int) -> None:
-        self.free = list(range(count))
+    def __init__(self, ids: Sequence[int]) -> None:
+        self.ids = tuple(sorted(ids))
+        self.free = list(self.ids)
         self.cond = threading.Condition()
 
     def take(self, n: int) -> list[int]:
@@ -116,8 +125,14 @@ class GpuPool:
             self.cond.notify_all()
 
 
+#: What a runner without GPUs runs: the cpu cells.
+CPU_ONLY: Mapping[str, Sequence[int]] = {"cpu": ()}
+
+
 class Runner:
-    """Runs the cells of one GPU type on one backend; the backend's kind is invisible here."""
+    """Runs the cells of this host's GPU types on one backend, each cell on GPUs of its own type (a mixed
+    host: A100 cells on the A100s, H20 cells on the H20s); the backend's kind is invisible here.
+    `gpus`: matrix GPU type → the indexes of its GPUs (no indexes: cells without GPUs, e.g. cpu)."""
 
     def __init__(
         self,
@@ -127,7 +142,7 @@ class Runner:
         jobs: int = 1,
         timeout: float = 600.0,
         rerun: bool = False,
-        gpu_count: int = 0,
+        gpus: Mapping[str, Sequence[int]] = CPU_ONLY,
         console: Console | None = None,
     ) -> None:
         self.backend = backend
@@ -135,8 +150,8 @@ class Runner:
         self.jobs = max(1, jobs)
         self.timeout = timeout
         self.rerun = rerun
-        self.gpus = GpuPool(gpu_count) if gpu_count else None
-        self.gpu_count = gpu_count
+        self.types = {gpu: tuple(ids) for gpu, ids in gpus.items()}
+        self.pools = {gpu: GpuPool(ids) for gpu, ids in gpus.items() if ids}
         self.console = console or Console()
         self.probe_source = execute.probe_source()
         self.stopping = threading.Event()
@@ -171,7 +186,7 @@ class Runner:
             control=control_status(cell.scenario.expect, verdict.outcome) if status != Status.SKIPPED else None,
             inputs=inputs_hash(cell, self.probe_source, self.backend.name),
             backend=self.backend.name,
-            runner=RunnerInfo(host=platform.node(), envmatrix=__version__, gpu_count=self.gpu_count),
+            runner=RunnerInfo(host=platform.node(), envmatrix=__version__, gpu_count=len(self.types.get(cell.env.gpu, ()))),
             finished=_now(),
             **more,
         )
@@ -222,17 +237,18 @@ class Runner:
             log = self.build_log(build)
             verdict = classify(gather(None, log, exit_code=None, build_failed=str(ready)))
             return self.new_record(cell, Status.BUILD_FAILED, verdict, started=started, log=LogRef(str(log), log_tail(log)))
-        if self.gpus is not None and (lacking := host_reasons(cell.env, cell.scenario, self.gpu_count)):
+        pool = self.pools.get(cell.env.gpu)
+        if pool is not None and (lacking := host_reasons(cell.env, cell.scenario, len(pool.ids))):
             return self.skipped(cell, "; ".join(r.text for r in lacking), "runner")
         missing = _kernels_missing(ready, cell)
         if missing is not None:  # the wheel cannot run here: say so before any training starts
             return self.new_record(cell, Status.DONE, decided(Outcome.UNSUPPORTED_GPU, missing, "elf_archs"), started=started, build=build_facts(ready.facts))
-        gpu_ids = self.gpus.take(cell.scenario.world_size) if self.gpus is not None else []
+        gpu_ids = pool.take(cell.scenario.world_size) if pool is not None else []
         try:
             record = self._execute(cell, ready, gpu_ids, started)
         finally:
-            if self.gpus is not None:
-                self.gpus.give(gpu_ids)
+            if pool is not None:
+                pool.give(gpu_ids)
         return None if self.stopping.is_set() else record  # killed by Ctrl-C: leave the cell for the re-run
 
     def _execute(self, cell: Cell, ready: Prepared, gpu_ids: list[int], started: str) -> Record:
@@ -275,11 +291,12 @@ class Runner:
 
     # ---- the matrix ------------------------------------------------------------------------------
 
-    def run(self, cells: list[Cell], gpu: str) -> RunReport:
-        """Run every cell of `gpu`; cells of other GPU types are left for their own runners."""
+    def run(self, cells: list[Cell]) -> RunReport:
+        """Run every cell of this runner's GPU types; cells of other types are left for their own runners."""
         report = RunReport()
-        mine = [c for c in cells if c.env.gpu == gpu]
+        mine = [c for c in cells if c.env.gpu in self.types]
         report.other_gpus = len(cells) - len(mine)
+        report.types = {gpu: ids for gpu, ids in self.types.items() if any(c.env.gpu == gpu for c in mine)}
         todo: list[tuple[Cell, Build]] = []
         by_build = {b.build_id: b for b in builds(mine)}
         for cell in mine:

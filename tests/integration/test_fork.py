@@ -68,7 +68,7 @@ def run_matrix(tmp: Path, scenarios: dict[str, dict[str, Any]], during: Callable
     side = threading.Thread(target=during, args=(reports, backend), daemon=True) if during else None
     if side:
         side.start()
-    runner.run(cells, "cpu")
+    runner.run(cells)
     if side:
         side.join(timeout=60)
     return {r.cell.scenario: json.loads((reports / "results" / f"{r.id.replace('/', '__')}.json").read_text()) for r in runner_records(reports)}

@@ -1,15 +1,17 @@
-"""gpu-check on simulated runners: exit 3 without a GPU, one line per check, a driver too old for the profile."""
+"""gpu-check on simulated runners: exit 3 without a GPU, one line per check, a driver too old for the profile, and
+the NCCL all-reduce on two GPUs of one type, on the host and in a container started as a cell's (a fake engine)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from simulated import MIXED, FakeContainer, FakeDocker, FakeImage, smi_lines
 
 from envmatrix.answers import gpucheck
 from envmatrix.cli import main
 from envmatrix.errors import BackendError
-from envmatrix.host.gpus import HostGpu, HostGpus
+from envmatrix.host.gpus import HostGpu, HostGpus, parse_query
 from envmatrix.spec.matrix import load
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,3 +44,68 @@ def test_every_check_gives_one_line_and_the_exit_status_follows(monkeypatch: pyt
     lines: list[str] = []
     checks = gpucheck.run_checks(h20("580.82.07", count=1), GPU, lambda c: lines.append(c.line))
     assert [c.status for c in checks] == ["pass", "pass", "skip"] and lines[2].startswith("skip  nccl all-reduce: needs 2 GPUs")
+
+
+MIXED_HOST = HostGpus(tuple(g.name for g in parse_query(smi_lines(MIXED))), "A100", parse_query(smi_lines(MIXED)))
+NCCL_SAID = b"all-reduce over 2 ranks (nccl) gave 3.0\n"
+
+
+def test_nccl_runs_on_two_gpus_of_one_type_from_a_script_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, tuple[str, ...], dict[str, str] | None]] = []
+
+    def python(code: str, *args: str, env: dict[str, str] | None = None, **kw: object) -> tuple[int, str]:
+        calls.append((code, args, env))
+        assert Path(args[0]).read_text() == gpucheck.NCCL  # a file: spawned ranks import the main module by path
+        return 0, "all-reduce over 2 ranks (nccl) gave 3.0"
+
+    monkeypatch.setattr(gpucheck, "_python", python)
+    assert gpucheck.nccl_pair(MIXED_HOST) == [0, 2]  # the A100s, never an A100 with an H20
+    assert gpucheck.check_nccl(MIXED_HOST, GPU).status == gpucheck.PASS
+    ((code, _, env),) = calls
+    assert code == "" and env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,2"}
+    one_each = HostGpus(("NVIDIA A100-SXM4-80GB", "NVIDIA H20"), "A100", MIXED_HOST.devices[:2])
+    skipped = gpucheck.check_nccl_container(one_each, GPU)
+    assert skipped.status == gpucheck.SKIP and skipped.detail == "needs 2 GPUs of one type; this host has 1 A100, 1 H20"
+
+
+def engine(monkeypatch: pytest.MonkeyPatch, client: FakeDocker | None, why: str = "") -> None:
+    """The Docker engine gpu-check finds: `client`, or none (connect raises saying `why`)."""
+
+    def connect() -> FakeDocker:
+        if client is None:
+            raise BackendError(why)
+        return client
+
+    monkeypatch.setattr("envmatrix.backends.docker.connect", connect)
+
+
+def test_nccl_in_a_container_says_why_it_was_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine(monkeypatch, None, "no Docker engine reachable (connection refused): start dockerd")
+    no_engine = gpucheck.check_nccl_container(h20("580.82.07"), GPU)
+    assert no_engine.status == gpucheck.SKIP and "no Docker engine reachable" in no_engine.detail
+    engine(monkeypatch, FakeDocker(runtimes=("runc",), images=[FakeImage("envmatrix-probe:a", "12.8.1")]))
+    no_runtime = gpucheck.check_nccl_container(h20("580.82.07"), GPU)
+    assert no_runtime.status == gpucheck.SKIP and "no NVIDIA runtime" in no_runtime.detail
+    engine(monkeypatch, FakeDocker(images=[FakeImage("envmatrix-probe:cpu"), FakeImage("envmatrix-probe:cu13", "13.0.1"), FakeImage("other:1", "12.8.1")]))
+    no_image = gpucheck.check_nccl_container(h20("550.54.15"), GPU)  # a CPU image, one this driver cannot run, another repository's
+    assert no_image.status == gpucheck.SKIP and "no probe image with a CUDA driver 550.54.15 runs" in no_image.detail
+
+
+def test_nccl_in_a_container_runs_as_a_cell_in_the_newest_image_the_driver_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    images = [
+        FakeImage("envmatrix-probe:old", "12.4.1", "2025-01-01T00:00:00Z"),
+        FakeImage("envmatrix-probe:new", "12.8.1", "2026-02-01T00:00:00Z"),
+        FakeImage("envmatrix-probe:cu13", "13.0.1", "2026-03-01T00:00:00Z"),
+    ]
+    client = FakeDocker(FakeContainer(output=b"[rank0] hello\n" + NCCL_SAID), images=images)
+    engine(monkeypatch, client)
+    check = gpucheck.check_nccl_container(MIXED_HOST, GPU)  # driver 570: CUDA 13 is out of reach
+    assert check.status == gpucheck.PASS and check.detail == "all-reduce over 2 ranks (nccl) gave 3.0 in envmatrix-probe:new (CUDA 12.8.1), GPUs 0,2"
+    ((image, command, options),) = client.started
+    assert image == "envmatrix-probe:new" and command == ["python", "/out/check.py"]
+    (request,) = options["device_requests"]  # type: ignore[misc]
+    assert request["DeviceIDs"] == ["0", "2"] and options["shm_size"] == "2g" and options["ipc_mode"] == "private"
+    assert options["network_mode"] == "none" and options["cap_drop"] == ["ALL"] and client.container.removed
+    engine(monkeypatch, FakeDocker(FakeContainer(code=1, output=b"torch.distributed.DistBackendError: NCCL error: unhandled system error\n"), images=images))
+    failed = gpucheck.check_nccl_container(MIXED_HOST, GPU)
+    assert failed.status == gpucheck.FAIL and failed.detail.startswith("torch.distributed.DistBackendError: NCCL error")

@@ -5,28 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from simulated import MIXED, MixedHost, fake_smi
 
 from envmatrix.cli import main
-from envmatrix.host.gpus import QUERY, detect_gpus, parse_query
+from envmatrix.host.gpus import detect_gpus, parse_query, visible_devices
+from envmatrix.records.record import load_records
 
 ROOT = Path(__file__).resolve().parents[3]
 H20 = "NVIDIA H20"
-
-
-def fake_smi(folder: Path, gpus: list[tuple[str, str, int, str]], *, fail: str | None = None) -> Path:
-    """A nvidia-smi that answers `QUERY --format=csv,noheader,nounits` with these GPUs (name, driver, MiB, cc),
-    or fails as a broken driver does."""
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = "\\n".join(f"{i}, {name}, {driver}, {mib}, {cc}" for i, (name, driver, mib, cc) in enumerate(gpus))
-    body = f'echo "{fail}"; exit 9' if fail else f'[ "$1" = "{QUERY}" ] || exit 2\nprintf "{lines}\\n"'
-    script = folder / "nvidia-smi"
-    script.write_text(f"#!/bin/sh\n{body}\n")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return folder
 
 
 @pytest.fixture
@@ -81,3 +72,47 @@ def test_an_old_driver_skips_the_cuda_builds_it_cannot_run(host, capsys: pytest.
     # a new driver plans them
     host([(H20, "580.82.07", 97871, "9.0")] * 8)
     assert any(c["status"] == "planned" for c in plan(capsys) if c["gpu"] == "H20" and str(c["cuda"]).startswith("13."))
+
+
+def mixed_matrix(data: dict[str, Any]) -> None:
+    """The conftest matrix with DDP scenarios, no flash-attn, and a GPU type this host lacks."""
+    fp32 = {"dtype": "fp32", "attn": "sdpa"}
+    data["scenarios"] = {"fp32-sdpa": fp32, "ddp2": {**fp32, "world_size": 2}, "ddp4": {**fp32, "world_size": 4}}
+    data["profiles"]["gpu"].update(flash_attn=["none"], gpu=["A100", "H20", "B200"])
+
+
+def test_a_plan_for_a_mixed_host_counts_the_gpus_of_each_cells_type(host, matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    host(MIXED)
+    cells = plan(capsys, "--file", str(matrix(mixed_matrix)))
+    for gpu in ("A100", "H20"):
+        ddp4 = [c for c in cells if c["gpu"] == gpu and c["scenario"] == "ddp4"]
+        assert ddp4 and all(f"needs 4 {gpu} GPUs; this runner has 2" in str(c["reason"]) for c in ddp4)  # 2 of its type, not 4 GPUs
+        assert any(c["status"] == "planned" for c in cells if c["gpu"] == gpu and c["scenario"] == "ddp2")
+    assert all("this runner" not in str(c["reason"]) for c in cells if c["gpu"] == "B200")  # another host's cells: not judged here
+
+
+def test_visible_devices_name_nvidia_smi_indexes_in_its_pci_order() -> None:
+    assert visible_devices([1, 3]) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1,3"}
+    assert visible_devices([]) == {}
+
+
+def test_envmatrix_run_on_a_mixed_host_runs_each_type_on_its_own_gpus(
+    host, matrix: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    host(MIXED)
+    backends: list[MixedHost] = []
+    monkeypatch.setattr("envmatrix.cli.run.make_backend", lambda name, options: backends.append(MixedHost(detect_gpus())) or backends[-1])
+
+    args = ["--file", str(matrix(mixed_matrix)), "--profile", "gpu", "--backend", "host", "--no-resolve", "--jobs", "4", "--reports", str(tmp_path / "r")]
+    assert main(["run", *args]) == 0
+    out = capsys.readouterr().out
+    assert "GPU types run here: A100 on 2 GPUs (0,2), H20 on 2 GPUs (1,3)" in " ".join(out.split())
+    records = load_records(tmp_path / "r" / "results")
+    assert {r.cell.gpu for r in records} == {"A100", "H20"}  # B200 cells are left for a B200 runner
+    for r in records:
+        own = {"A100": {0, 2}, "H20": {1, 3}}[r.cell.gpu]
+        if r.cell.scenario == "ddp4":
+            assert r.klass == "skipped" and f"needs 4 {r.cell.gpu} GPUs; this runner has 2" in r.outcome.evidence
+        else:
+            assert r.klass == "ok" and set(r.gpu_ids) <= own and len(r.gpu_ids) == (2 if r.cell.scenario == "ddp2" else 1)
+    assert {tuple(sorted(ids)) for _, ids in backends[0].ran if len(ids) == 2} == {(0, 2), (1, 3)}
