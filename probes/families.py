@@ -323,6 +323,7 @@ def tiny_config(source: ModelSource, tokenizer: Any) -> tuple[Any, dict[str, tup
         else:
             cls = type(transformers.AutoConfig.from_pretrained(source.path, trust_remote_code=True))
             config = cls.from_dict(tiny)
+            config._name_or_path = source.path  # where auto_map's modeling file is loaded from
     except (ValueError, TypeError, KeyError) as exc:
         raise ProbeInputError(f"{Path(source.path) / 'config.json'}: transformers {transformers.__version__} refuses the shrunk config: {exc}") from None
     return config, changes, notes

@@ -229,3 +229,35 @@ USER_MODELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 def user_model(root: Path, name: str) -> Path:
     config, tokenizer = USER_MODELS[name]
     return write_model(root / name, config, tokenizer)
+
+
+#: A model whose architecture lives in Python files beside its config (auto_map): Qwen3 under another name,
+#: and a marker file written when that code runs.
+REMOTE_CONFIG = """import pathlib
+
+from transformers import Qwen3Config
+
+pathlib.Path(MARKER).write_text("remote code ran")  # transformers runs a copy of this file from its modules cache
+
+
+class AcmeConfig(Qwen3Config):
+    model_type = "acme_lm"
+"""
+REMOTE_MODEL = """from transformers import Qwen3ForCausalLM
+
+from .configuration_acme import AcmeConfig
+
+
+class AcmeForCausalLM(Qwen3ForCausalLM):
+    config_class = AcmeConfig
+"""
+
+
+def remote_model(root: Path) -> Path:
+    auto = {"AutoConfig": "configuration_acme.AcmeConfig", "AutoModelForCausalLM": "modeling_acme.AcmeForCausalLM"}
+    folder = write_model(
+        root / "acme", {**QWEN3_8B, "model_type": "acme_lm", "architectures": ["AcmeForCausalLM"], "auto_map": auto}, USER_MODELS["qwen3-8b"][1]
+    )
+    (folder / "configuration_acme.py").write_text(REMOTE_CONFIG.replace("MARKER", repr(str(folder / "RAN"))))
+    (folder / "modeling_acme.py").write_text(REMOTE_MODEL)
+    return folder

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from user_models import QWEN3_8B, USER_MODELS, user_model, write_model
+from user_models import QWEN3_8B, USER_MODELS, remote_model, user_model, write_model
 
 pytestmark = [
     pytest.mark.integration,
@@ -61,8 +61,9 @@ def broken_tokenizer(folder: Path) -> None:
 
 
 def remote(folder: Path) -> None:
-    (folder / "config.json").write_text(json.dumps({**QWEN3_8B, "model_type": "acme_lm", "auto_map": {"AutoConfig": "configuration_acme.AcmeConfig"}}))
-    (folder / "configuration_acme.py").write_text("import pathlib\npathlib.Path(__file__).with_name('RAN').write_text('remote code ran')\n")
+    acme = remote_model(folder.parent)
+    for name in ("config.json", "configuration_acme.py", "modeling_acme.py"):
+        (folder / name).write_text((acme / name).read_text().replace(str(acme / "RAN"), str(folder / "RAN")))
 
 
 @pytest.mark.parametrize(
@@ -84,6 +85,16 @@ def test_bad_inputs_exit_2_with_one_clear_line(tmp_path: Path, damage: Any, said
     assert code == 2, text[-2000:]
     assert said in text and "Traceback" not in err
     assert not (folder / "RAN").exists()  # remote code never runs without --trust-remote-code
+
+
+def test_remote_code_runs_only_when_trusted(tmp_path: Path) -> None:
+    folder = remote_model(tmp_path)
+    code, _, err = preflight(tmp_path, "--model-config", str(folder))
+    assert code == 2 and "pass --trust-remote-code" in " ".join(err.split()) and not (folder / "RAN").exists()
+    code, out, err = preflight(tmp_path, "--model-config", str(folder), "--trust-remote-code", "--format", "json")
+    answer = json.loads(out)
+    assert (code, answer["class"], answer["model"]["class"]) == (0, "ok", "AcmeForCausalLM"), err[-2000:]
+    assert (folder / "RAN").exists()
 
 
 def test_a_missing_folder_is_bad_input(tmp_path: Path) -> None:
