@@ -187,10 +187,16 @@ def _zero_grad(f: RunFacts) -> str | None:
 
 
 def _sampling(f: RunFacts) -> str:
-    """`; sampled with temperature 0.01, top_p 1.0, top_k 1`: the settings that make groups tie, as the probe ran them."""
+    """`; sampling asked: temperature 0.01, top_p 1.0, top_k 1`, and the checkpoint's own generation_config where one
+    was saved (it may override what was asked): the settings that make a group's completions tie."""
     opts = f.measured.options
-    said = [f"{name} {value}" for name in ("temperature", "top_p", "top_k") if (value := getattr(opts, name)) is not None]
-    return f"; sampled with {', '.join(said)}" if said else ""
+    asked = [f"{name} {value}" for name in ("temperature", "top_p", "top_k") if (value := getattr(opts, name)) is not None]
+    said = f"; sampling asked: {', '.join(asked)}" if asked else ""
+    generation = f.measured.generation
+    if generation is not None and generation.saved:
+        saved = ", ".join(f"{k} {v}" for k, v in generation.saved.items() if k in ("temperature", "top_p", "top_k"))
+        said += f"; the checkpoint's generation_config ({generation.passed_as or 'saved'}): {saved}"
+    return said
 
 
 def _timeout(f: RunFacts) -> str | None:

@@ -49,7 +49,7 @@ def test_a_near_greedy_grpo_config_gives_zero_grad_with_the_sampling_settings(tm
     code, out, err = preflight(tmp_path, "--model-config", str(folder), "--grpo-config", str(config), "--format", "json")
     answer = json.loads(out)
     assert (code, answer["class"]) == (1, "zero_grad"), err[-2000:]
-    assert "sampled with temperature 0.01, top_p 1.0, top_k 1" in answer["evidence"]
+    assert "sampling asked: temperature 0.01, top_p 1.0, top_k 1" in answer["evidence"]
     assert "near-greedy" in answer["remedy"]
     assert answer["grpo_config"]["not_modelled"] == {"loss_type": "dr_grpo", "report_to": "wandb"}
     code, out, err = preflight(tmp_path, "--model-config", str(folder), "--grpo-config", str(config))
