@@ -173,7 +173,7 @@ def test_run_exit_status_when_every_build_failed(tmp_path: Path, monkeypatch: py
         def __init__(self, *args: object, **kwargs: object) -> None:
             pass
 
-        def run(self, cells: object, gpu: str) -> RunReport:
+        def run(self, cells: object) -> RunReport:
             for rec in records:
                 write_record(tmp_path / "reports" / "results" / f"{rec.id.replace('/', '__')}.json", rec)
             return RunReport(records=records, ran=len(records))
