@@ -42,6 +42,8 @@ ROUTED = ("num_experts_per_tok", "moe_topk", "top_k_experts")
 #: Keys that only cost memory or name weights that are not there.
 DROPPED = ("quantization_config", "torch_dtype", "dtype", "_name_or_path", "transformers_version")
 LAYER_LISTS = ("layer_types", "mlp_layer_types")
+#: The tokenizer's JSON files, checked when present (a model folder may hold others: sentencepiece, vocab files).
+TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 LAYER_INDEXES = ("mlp_only_layers",)
 
 
@@ -64,6 +66,13 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise ShrinkError(f"{path}: a JSON {type(data).__name__}, not an object; is this a model's config.json?")
     if not isinstance(data.get("model_type"), str) or not data["model_type"]:
         raise ShrinkError(f"{path}: no model_type; a transformers config.json names its architecture in model_type")
+    for name in TOKENIZER_JSON:  # a damaged file here makes transformers fall back to other loaders with misleading errors
+        other = folder / name
+        if other.is_file():
+            try:
+                json.loads(other.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise ShrinkError(f"{other}: not valid JSON ({exc}); download the tokenizer files again") from None
     return data
 
 

@@ -60,6 +60,11 @@ def broken_tokenizer(folder: Path) -> None:
     (folder / "tokenizer.json").write_text("{ this is not a tokenizer")
 
 
+def unknown_tokenizer(folder: Path) -> None:
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "NoSuchTokenizerFast"}))
+
+
 def remote(folder: Path) -> None:
     acme = remote_model(folder.parent)
     for name in ("config.json", "configuration_acme.py", "modeling_acme.py"):
@@ -72,10 +77,11 @@ def remote(folder: Path) -> None:
         (lambda f: (f / "config.json").unlink(), "no config.json in the folder"),
         (lambda f: (f / "config.json").write_text("{oops"), "config.json: not valid JSON"),
         (lambda f: (f / "config.json").write_text(json.dumps({**QWEN3_8B, "model_type": "no_such_arch"})), "model_type 'no_such_arch'"),
-        (broken_tokenizer, "the tokenizer in"),
+        (broken_tokenizer, "tokenizer.json: not valid JSON"),
+        (unknown_tokenizer, "cannot load: Tokenizer class NoSuchTokenizerFast does not exist"),
         (remote, "asks for remote code"),
     ],
-    ids=["no-config", "not-json", "unknown-type", "tokenizer", "remote-code"],
+    ids=["no-config", "not-json", "unknown-type", "tokenizer-json", "tokenizer-class", "remote-code"],
 )
 def test_bad_inputs_exit_2_with_one_clear_line(tmp_path: Path, damage: Any, said: str) -> None:
     folder = user_model(tmp_path, "qwen3-8b")

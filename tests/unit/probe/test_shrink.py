@@ -99,6 +99,13 @@ def test_bad_folders_say_which_file_and_what_to_do(tmp_path: Path, content: str 
         read_config(tmp_path / "nothing")
 
 
+def test_damaged_tokenizer_files_are_named(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
+    (tmp_path / "tokenizer_config.json").write_text("{nope")
+    with pytest.raises(ShrinkError, match=r"tokenizer_config\.json: not valid JSON"):
+        read_config(tmp_path)
+
+
 def test_a_config_without_layers_cannot_be_shrunk() -> None:
     with pytest.raises(ShrinkError, match="num_hidden_layers"):
         shrink({"model_type": "bert_like"}, vocab=10)
