@@ -7,7 +7,7 @@ Kept apart from the model and the loop so each piece is tested on tiny tensors (
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,10 +129,10 @@ class StepBook:
     def start(cls, trainable: Mapping[str, torch.Tensor]) -> StepBook:
         return cls(before={n: p.detach().clone() for n, p in trainable.items()})
 
-    def note_grads(self, trainable: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Remember parameters whose gradient has a non-zero entry (call after backward, before clipping)."""
-        for name, p in trainable:
-            if p.grad is not None and bool(p.grad.ne(0).any()):
+    def note_grads(self, grads: Mapping[str, torch.Tensor | None]) -> None:
+        """Remember parameters whose (whole) gradient has a non-zero entry (after backward, before clipping)."""
+        for name, grad in grads.items():
+            if grad is not None and bool(grad.ne(0).any()):
                 self.got_grad.add(name)
 
     def note_row(self, row: Mapping[str, Any]) -> None:
@@ -142,7 +142,7 @@ class StepBook:
 
     def params_summary(self, trainable: Mapping[str, torch.Tensor], limit: int = 20) -> dict[str, Any]:
         """result.json's `params`: got a gradient, changed (the TRL tiny-model test's criterion)."""
-        changed = {n for n, p in trainable.items() if not torch.equal(self.before[n], p.detach())}
+        changed = {n for n, p in trainable.items() if not torch.equal(self.before[n], p.detach())}  # whole values under sharding
         names = set(trainable)
         return {
             "trainable": len(names),

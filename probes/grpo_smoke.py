@@ -9,6 +9,7 @@ per step out; exit 0 when it finished whatever it measured, 1 on a crash, 130 on
 
     python probes/grpo_smoke.py --out DIR [options]
     torchrun --nproc-per-node 2 probes/grpo_smoke.py --out DIR [options]      # DDP (gloo on CPU)
+    torchrun --nproc-per-node 2 probes/grpo_smoke.py --out DIR --parallel fsdp2   # or zero2, zero3
 
 Importing this module does nothing but define functions: `main(argv)` runs the probe and may be called
 again in the same process; `preload()` pays the heavy imports once (for a process that forks a child
@@ -68,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fault", choices=("none", "broken_attention", "no_softcap", "sigfpe"), default="none", help="inject a known failure (controls)")
     p.add_argument("--trainer", choices=("builtin", "trl"), default="builtin", help="the probe's own GRPO loop, or TRL's GRPOTrainer (trl_trainer.py)")
+    p.add_argument(
+        "--parallel",
+        choices=("ddp", "zero2", "zero3", "fsdp2"),
+        default="ddp",
+        help="the built-in loop's engine on several ranks: DDP, DeepSpeed ZeRO-2/3 (needs deepspeed) or torch FSDP2 (engines.py)",
+    )
     p.add_argument("--use-vllm", action=argparse.BooleanOptionalAction, default=False, help="TRL only: generate with vLLM (colocate mode)")
     p.add_argument(
         "--shrink",

@@ -15,9 +15,9 @@ import torch
 import torch.distributed
 import transformers
 
-from probes import families, faults, grpo, kernels, parity, shrink, vision
+from probes import engines, families, faults, grpo, kernels, parity, shrink, vision
 from probes.envfacts import environment_facts
-from probes.record import Run
+from probes.record import ProbeInputError, Run
 
 PROMPTS = ["Add 2 and 3:", "Name a colour:", "Say hi:", "Count to 3:"]
 MAX_NEW_TOKENS = 16
@@ -52,7 +52,7 @@ class Trainee:
     train_model: Any
     ref_model: Any | None
     trainable: dict[str, torch.Tensor]
-    optimizer: torch.optim.Optimizer
+    engine: engines.Engine
 
 
 def sampling_kwargs(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
@@ -103,7 +103,8 @@ def setup(
     state: dict[str, torch.Tensor],
     device: torch.device,
 ) -> Trainee:
-    """Reference model, frozen embeddings, checkpointing, LoRA, hooks, DDP and the optimizer, as the scenario asks."""
+    """Reference model, frozen embeddings, checkpointing, LoRA, hooks, then the engine (DDP, FSDP2 or ZeRO,
+    with its optimizer), as the scenario asks."""
     ref_model = families.build_model(source, attn, tokenizer, state).to(device).eval() if args.beta > 0 else None
     if args.freeze_embeddings:
         model.get_input_embeddings().requires_grad_(False)
@@ -119,11 +120,18 @@ def setup(
     run.result["input_grad_hook"] = {"hooks_after_setup": len(hooks), "removed": 0 if args.input_grad_hook else len(hooks)}
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     run.result.setdefault("model", {})["trainable_vision_params"] = sum("visual" in n for n in trainable)
-    train_model: Any = model
-    if run.world > 1:
-        train_model = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=args.find_unused_parameters, static_graph=args.static_graph)
-    optimizer = torch.optim.AdamW(list(trainable.values()), lr=args.lr, weight_decay=0.0)  # no decay: "changed" means learned
-    return Trainee(model=model, train_model=train_model, ref_model=ref_model, trainable=trainable, optimizer=optimizer)
+    engine, trainable = engines.make(
+        args.parallel,
+        model,
+        trainable,
+        lr=args.lr,
+        dtype=args.dtype,
+        micro_batch=len(PROMPTS) * args.num_generations,
+        device=device,
+        ddp={"find_unused_parameters": args.find_unused_parameters, "static_graph": args.static_graph},
+    )
+    run.result["engine"] = engine.facts()
+    return Trainee(model=model, train_model=engine.train_model, ref_model=ref_model, trainable=trainable, engine=engine)
 
 
 @dataclass(frozen=True)
@@ -183,11 +191,10 @@ def train_step(
         with torch.no_grad():
             ref_logp = completion_logps(t.ref_model, samples, prompts, G, args.dtype, device)
     loss, kl = grpo.grpo_loss(logp, adv, samples.mask, args.beta, ref_logp)
-    t.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    book.note_grads(t.trainable.items())
-    grad_norm = torch.nn.utils.clip_grad_norm_(list(t.trainable.values()), 1.0).item()
-    t.optimizer.step()
+    t.engine.zero_grad()
+    t.engine.backward(loss)
+    book.note_grads(t.engine.whole_grads(t.trainable))
+    grad_norm = t.engine.step(list(t.trainable.values()))
     return rewards, loss, kl, grad_norm
 
 
@@ -251,6 +258,8 @@ def kernel_stage(run: Run, mode: str, device: torch.device) -> None:
 
 def probe(run: Run, args: argparse.Namespace) -> int:
     """The whole measured run; returns 0 when it finished what it measures (the verdict is not ours)."""
+    if args.parallel != "ddp" and (run.world < 2 or args.trainer != "builtin"):
+        raise ProbeInputError(f"--parallel {args.parallel} is for the built-in loop on 2 or more ranks (torchrun --nproc-per-node 2)")
     device = pick_device(args.device, run.world)
     if run.world > 1:
         init_distributed(device, args.collective_timeout)
@@ -279,7 +288,7 @@ def probe(run: Run, args: argparse.Namespace) -> int:
 
     run.stage("setup")
     trainee = setup(run, args, source, attn, model, tokenizer, state, device)
-    book = grpo.StepBook.start(trainee.trainable)
+    book = grpo.StepBook.start(trainee.engine.whole(trainee.trainable))
     gen_kwargs = generate_kwargs(args, tokenizer)
     prompts = make_prompts(source, tokenizer, model, args.num_generations, args.seed, device)
     run.result.update(trainable_params=len(trainee.trainable), samples=[])
@@ -292,7 +301,8 @@ def probe(run: Run, args: argparse.Namespace) -> int:
             run.save()
             run.log("injecting a trapping integer division (fault sigfpe)")
             faults.inject_sigfpe()
-        samples = sample(trainee.model, prompts, gen_kwargs, tokenizer, args.seed * 7919 + step * 101 + run.rank, args.dtype, device)
+        with trainee.engine.generating():
+            samples = sample(trainee.model, prompts, gen_kwargs, tokenizer, args.seed * 7919 + step * 101 + run.rank, args.dtype, device)
         rewards, loss, kl, grad_norm = train_step(trainee, samples, prompts, args, device, book)
         row = grpo.metrics_row(step + 1, loss.item(), grad_norm, rewards, samples.mask, samples.texts, time.perf_counter() - t_step, kl)
         book.note_row(row)
@@ -307,7 +317,7 @@ def probe(run: Run, args: argparse.Namespace) -> int:
             ratios.append(row["distinct_ratio"])
         run.save()
     run.timing("train_s", t_train)
-    run.result["params"] = book.params_summary(trainee.trainable)
+    run.result["params"] = book.params_summary(trainee.engine.whole(trainee.trainable))
     run.result.update(finished=True, stage="done")
     if run.world > 1:
         torch.distributed.barrier()

@@ -91,6 +91,7 @@ def environment_reasons(env: Environment, known: dict[tuple[str, str], Release] 
 def needed_packages(scenario: Scenario) -> dict[str, str]:
     """The extra packages a scenario cannot run without, each with the scenario field that needs it."""
     needs = {"trl": "trainer: trl"} if scenario.trainer == "trl" else {}
+    needs |= {"deepspeed": f"parallel: {scenario.parallel}"} if scenario.parallel in ("zero2", "zero3") else {}
     return needs | ({"vllm": "use_vllm"} if scenario.use_vllm else {})
 
 

@@ -68,6 +68,7 @@ class ProbeOptions:
     kernels: str | None = None
     fault: str | None = None
     trainer: str | None = None
+    parallel: str | None = None
     use_vllm: bool | None = None
     collective_timeout: float | None = None
     shrink: bool | None = None
@@ -243,6 +244,22 @@ class Params:
 
 
 @dataclass(frozen=True)
+class EngineInfo:
+    """The built-in loop's engine (scenario `parallel`) and proof that it engaged: FSDP2's parameters are
+    DTensors, ZeRO-3's are partitioned; whole values and gradients are what `params` compared."""
+
+    parallel: str | None = field(default=None, metadata=_doc("ddp, zero2, zero3 or fsdp2"))
+    sharded: bool | None = field(
+        default=None, metadata=_doc("the engine shards state across ranks (ZeRO: optimizer and gradients, ZeRO-3 and FSDP2: parameters too)")
+    )
+    params: int | None = None
+    dtensor_params: int | None = field(default=None, metadata=_doc("FSDP2: parameters that are DTensors"))
+    zero_stage: int | None = None
+    partitioned_params: int | None = field(default=None, metadata=_doc("DeepSpeed: parameters ZeRO-3 partitioned (0 under ZeRO-2)"))
+    deepspeed: str | None = None
+
+
+@dataclass(frozen=True)
 class TrlInfo:
     """The `trainer: trl` path: TRL's version, the GRPOConfig it was given, and the options it did not take."""
 
@@ -287,6 +304,7 @@ class ProbeResult:
     samples: tuple[str, ...] = field(default=(), metadata=_doc("the first step's completions, as Python reprs"))
     grad_norm_first_steps: tuple[float, ...] = field(default=(), metadata=_doc("grad_norm per step, before clipping; NaN where not finite"))
     params: Params | None = None
+    engine: EngineInfo | None = None
     trl: TrlInfo | None = None
     error: ProbeError | None = None
     # how the file read: not part of result.json

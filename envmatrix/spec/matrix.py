@@ -65,6 +65,7 @@ class Scenario:
     kernels: str = "off"
     fault: str = "none"
     trainer: str = "builtin"
+    parallel: str = "ddp"
     use_vllm: bool = False
     shrink: bool = False
     trust_remote_code: bool = False
@@ -261,6 +262,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "kernels": ("off", "auto", "reduced", "full"),
     "fault": ("none", "broken_attention", "no_softcap", "sigfpe"),
     "trainer": ("builtin", "trl"),
+    "parallel": ("ddp", "zero2", "zero3", "fsdp2"),
     "expect": EXPECTABLE,
 }
 RANGES: dict[str, tuple[float, float]] = {
@@ -427,6 +429,13 @@ def _scenarios(ck: Checker, raw: Any) -> dict[str, Scenario]:
                 kwargs[key] = converted
         if kwargs.get("use_vllm") and kwargs.get("trainer", "builtin") != "trl":
             ck.err((*path, "use_vllm"), "vLLM generation is a TRL option: set trainer: trl as well, or drop use_vllm")
+        parallel = kwargs.get("parallel", "ddp")
+        if parallel != "ddp" and kwargs.get("world_size", 1) < 2:
+            ck.err((*path, "parallel"), f"parallel: {parallel} shards across ranks: set world_size: 2 or more, or use parallel: ddp")
+        if parallel != "ddp" and kwargs.get("trainer") == "trl":
+            ck.err(
+                (*path, "parallel"), f"parallel: {parallel} is the built-in loop's engine; trainer: trl takes its engine from TRL, use trainer: builtin for it"
+            )
         if kwargs.get("trainer") == "trl":
             for key, bad in (("fault", "sigfpe"), ("input_grad_hook", False)):
                 if key in kwargs and kwargs[key] == bad:

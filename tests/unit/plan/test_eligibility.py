@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -28,6 +29,16 @@ def test_a_trl_scenario_without_trl_is_not_applicable_and_says_so() -> None:
     assert cell.status == SKIPPED and eligibility.NEEDS in cell.kinds and "needs the trl package" in cell.reason
     assert set(cell.kinds) <= set(eligibility.NOT_APPLICABLE)  # by design, not an incompatibility
     assert eligibility.judge(CPU, env(trl="0.19.1"), SPEC.scenarios["trl-grpo"]).status == PLANNED
+
+
+def test_a_zero_scenario_without_deepspeed_is_not_applicable_and_says_so() -> None:
+    zero3 = replace(SPEC.scenarios["fp32-sdpa"], parallel="zero3", world_size=2)
+    cell = eligibility.judge(CPU, env(), zero3)
+    assert cell.status == SKIPPED and eligibility.NEEDS in cell.kinds
+    assert "parallel: zero3 needs the deepspeed package, and this environment has none" in cell.reason
+    assert eligibility.judge(CPU, env(deepspeed="0.18.4"), zero3).status == PLANNED
+    fsdp2 = replace(zero3, parallel="fsdp2")  # torch's own: nothing more to install
+    assert eligibility.judge(CPU, env(), fsdp2).status == PLANNED
 
 
 def test_package_metadata_and_catalog_reasons_have_their_kinds() -> None:

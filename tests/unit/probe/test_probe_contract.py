@@ -68,3 +68,10 @@ def test_missing_reason_names_the_release() -> None:
 
     assert missing_reason("gemma2", "4.41.2") == "model family gemma2 needs transformers >= 4.42.0 (Gemma2ForCausalLM); this environment has 4.41.2"
     assert missing_reason("gemma2", "4.42.0") is None and missing_reason("qwen2_5_vl", "5.23.0") is None
+
+
+def test_the_engines_are_the_spec_choices() -> None:
+    pytest.importorskip("torch")
+    from probes import engines
+
+    assert engines.PARALLEL == CHOICES["parallel"] == tuple(ACTIONS["parallel"].choices)

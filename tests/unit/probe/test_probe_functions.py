@@ -118,7 +118,7 @@ def test_step_book_tracks_grads_changes_and_the_first_nonfinite_step() -> None:
     book = grpo.StepBook.start(trainable)
     (a * torch.tensor([1.0, 0.0])).sum().backward()
     b.grad = torch.zeros(2)
-    book.note_grads(trainable.items())
+    book.note_grads({n: p.grad for n, p in trainable.items()})
     with torch.no_grad():
         a.add_(1.0)
     book.note_row({"step": 1, "loss": 0.0, "grad_norm": 1.0})

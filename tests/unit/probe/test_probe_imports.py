@@ -11,8 +11,9 @@ import pytest
 
 PROBES = Path(__file__).resolve().parents[3] / "probes"
 ALLOWED = {"torch", "transformers", "tokenizers", "peft", "probes", "__future__"}
-#: TRL's trainer path (trainer: trl) may import TRL and what its trainer takes; no other module may.
-ALLOWED_IN = {"trl_trainer.py": {"trl", "datasets", "accelerate", "vllm"}}
+#: TRL's trainer path (trainer: trl) may import TRL and what its trainer takes; the engines (parallel: zero2,
+#: zero3) DeepSpeed; no other module may.
+ALLOWED_IN = {"trl_trainer.py": {"trl", "datasets", "accelerate", "vllm"}, "engines.py": {"deepspeed"}}
 
 
 def imported_roots(tree: ast.AST) -> set[str]:
@@ -50,3 +51,10 @@ def test_only_the_trl_module_may_import_trl() -> None:
 
 def test_there_are_probe_modules() -> None:
     assert (PROBES / "grpo_smoke.py").exists() and len(list(PROBES.glob("*.py"))) >= 2
+
+
+def test_engines_import_deepspeed_only_inside_functions() -> None:
+    """A DDP or FSDP2 cell runs where deepspeed is not installed: importing engines.py must not need it."""
+    tree = ast.parse((PROBES / "engines.py").read_text())
+    top = ast.Module(body=[n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], type_ignores=[])
+    assert "deepspeed" in imported_roots(tree) and "deepspeed" not in imported_roots(top)

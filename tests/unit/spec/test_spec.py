@@ -221,3 +221,19 @@ def test_cell_count_is_bounded(matrix: Make) -> None:
         d["profiles"]["gpu"]["transformers"] = [f"4.{i}.0" for i in range(100)]
 
     assert "cells (axes × scenarios), more than 50,000" in problems(matrix(edit))
+
+
+def test_parallel_is_checked_and_needs_ranks(matrix: Make) -> None:
+    msg = problems(matrix(lambda d: d["scenarios"]["fp32-sdpa"].update(parallel="zero4", world_size=2)))
+    assert "scenarios.fp32-sdpa.parallel: 'zero4' is not one of ddp, zero2, zero3, fsdp2 (did you mean 'zero3'?)" in msg
+    msg = problems(matrix(lambda d: d["scenarios"]["fp32-sdpa"].update(parallel="fsdp2")))
+    assert "scenarios.fp32-sdpa.parallel: parallel: fsdp2 shards across ranks: set world_size: 2 or more" in msg
+    msg = problems(matrix(lambda d: d["scenarios"]["fp32-sdpa"].update(parallel="zero3", world_size=2, trainer="trl")))
+    assert "scenarios.fp32-sdpa.parallel: parallel: zero3 is the built-in loop's engine" in msg
+
+
+def test_parallel_on_two_ranks_loads_and_reaches_the_probe(matrix: Make) -> None:
+    spec = load(matrix(lambda d: d["scenarios"]["fp32-sdpa"].update(parallel="zero2", world_size=2)))
+    scenario = spec.scenarios["fp32-sdpa"]
+    assert scenario.parallel == "zero2" and scenario.probe_args()[scenario.probe_args().index("--parallel") + 1] == "zero2"
+    assert spec.scenarios["bf16-fa2"].parallel == "ddp"  # the default
