@@ -56,3 +56,13 @@ def test_kernel_stage_at_full_size(tmp_path: Path) -> None:
 def test_ddp_over_nccl(tmp_path: Path) -> None:
     outcome, _, log = probe(tmp_path, Scenario(name="ddp2", dtype="bf16", world_size=2))
     assert outcome == "ok", log[-3000:]
+
+
+@pytest.mark.skipif(GPUS.count < 2, reason="needs 2 GPUs for ZeRO-3 and FSDP2 over NCCL")
+@pytest.mark.parametrize("parallel", ["zero3", "fsdp2"])
+def test_sharded_engines_over_nccl(parallel: str, tmp_path: Path) -> None:
+    if parallel.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("needs deepspeed in this interpreter for ZeRO-3")
+    outcome, result, log = probe(tmp_path, Scenario(name=parallel, dtype="bf16", world_size=2, parallel=parallel))
+    assert outcome == "ok", log[-3000:]
+    assert (result.get("engine") or {}).get("sharded") is True  # type: ignore[union-attr]
