@@ -36,10 +36,13 @@ RUN pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} "$TORCH
 
 # transformers, then peft and the profile's extra packages (trl, accelerate, ...): PACKAGES is a
 # space-separated list of name==version pins, each validated by envmatrix (names and versions only).
+# BUILD_ENV: NAME=value words for packages published only as sdists (DeepSpeed: DS_BUILD_OPS=0, ops compiled at first use).
 ARG TRANSFORMERS
 ARG PACKAGES=
+ARG BUILD_ENV=
 RUN case "$PACKAGES" in *[!A-Za-z0-9._+=\ -]*) echo "PACKAGES holds characters other than pins: $PACKAGES" >&2; exit 2;; esac \
- && pip install "transformers==${TRANSFORMERS}" $PACKAGES
+ && case "$BUILD_ENV" in *[!A-Z0-9_=\ ]*) echo "BUILD_ENV holds characters other than NAME=value words: $BUILD_ENV" >&2; exit 2;; esac \
+ && env $BUILD_ENV pip install "transformers==${TRANSFORMERS}" $PACKAGES
 
 # flash-attn: the prebuilt wheel whose name matches the installed torch's C++ ABI (read here, not assumed),
 # from the first of the profile's flash_attn_sources that offers it (envmatrix/flashsource.py); the

@@ -258,8 +258,8 @@ def kernel_stage(run: Run, mode: str, device: torch.device) -> None:
 
 def probe(run: Run, args: argparse.Namespace) -> int:
     """The whole measured run; returns 0 when it finished what it measures (the verdict is not ours)."""
-    if args.parallel != "ddp" and (run.world < 2 or args.trainer != "builtin"):
-        raise ProbeInputError(f"--parallel {args.parallel} is for the built-in loop on 2 or more ranks (torchrun --nproc-per-node 2)")
+    if args.parallel != "ddp" and run.world < 2:
+        raise ProbeInputError(f"--parallel {args.parallel} shards across ranks: run it on 2 or more (torchrun --nproc-per-node 2)")
     device = pick_device(args.device, run.world)
     if run.world > 1:
         init_distributed(device, args.collective_timeout)

@@ -4,7 +4,9 @@ Users' GRPO breakage mostly comes from the trainer stack (TRL × transformers ×
 this path hands the probe's model object and tokenizer to `trl.GRPOTrainer` with TRL's defaults except
 what the scenario sets, logs TRL's own metrics into `metrics.jsonl` and fills the same `result.json`
 fields as the built-in loop (steps, grad norms, parameters that got gradients and changed, samples):
-the classifier works unchanged. Under torchrun, accelerate (inside the Trainer) runs DDP as users get it.
+the classifier works unchanged. Under torchrun, accelerate (inside the Trainer) runs DDP as users get it,
+or the scenario's engine through accelerate's DeepSpeed or FSDP plugin (`parallel`), configured as users'
+`accelerate launch --config_file zero3.yaml` runs configure it.
 
 Imported only for trainer=trl cells, and it imports trl, datasets and accelerate only when called:
 a missing or incompatible TRL raises inside the probe, which records it as an error with its message.
@@ -12,11 +14,12 @@ a missing or incompatible TRL raises inside the probe, which records it as an er
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +77,65 @@ def grpo_config_kwargs(
         "use_cpu": device == "cpu",
         "dataloader_num_workers": 0,
     }
+    kwargs.update(engine_kwargs(getattr(options, "parallel", "ddp")))
     if getattr(options, "use_vllm", False):
         kwargs.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3, vllm_enable_sleep_mode=False)
     return kwargs if accepted is None else {k: v for k, v in kwargs.items() if k in accepted}
+
+
+def engine_kwargs(parallel: str) -> dict[str, Any]:
+    """The engine as TrainingArguments take it: a DeepSpeed config whose "auto" values transformers fills from
+    the other arguments (batch size, clipping, bf16), or FSDP with transformer-based wrapping of the model's
+    `_no_split_modules` (accelerate's default policy; FSDP2 itself is chosen by FSDP_VERSION, see run_trl)."""
+    if parallel in ("zero2", "zero3"):
+        return {
+            "deepspeed": {
+                "train_micro_batch_size_per_gpu": "auto",
+                "gradient_accumulation_steps": "auto",
+                "gradient_clipping": "auto",
+                "zero_optimization": {"stage": int(parallel[-1])},
+                "bf16": {"enabled": "auto"},
+                "fp16": {"enabled": "auto"},
+                "steps_per_print": 2**31 - 1,
+            }
+        }
+    if parallel == "fsdp2":
+        return {"fsdp": "full_shard auto_wrap", "fsdp_config": {"reshard_after_forward": True}}
+    return {}
+
+
+def engine_facts(trainer: Any, parallel: str) -> dict[str, Any]:
+    """Proof that accelerate engaged the engine asked for (it falls back to DDP silently where it cannot,
+    e.g. FSDP without a GPU): its distributed type, and the parameters' own state."""
+    kind = str(trainer.accelerator.distributed_type).rsplit(".", 1)[-1]
+    params = list(trainer.model.parameters())
+    facts: dict[str, Any] = {"parallel": parallel, "distributed_type": kind, "params": len(params), "sharded": False}
+    if parallel in ("zero2", "zero3"):
+        import deepspeed
+
+        plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+        partitioned = sum(hasattr(p, "ds_id") for p in params)
+        stage = getattr(plugin, "zero_stage", None)
+        engaged = kind == "DEEPSPEED" and stage == int(parallel[-1])
+        facts.update(zero_stage=stage, partitioned_params=partitioned, deepspeed=deepspeed.__version__, sharded=engaged)
+    elif parallel == "fsdp2":
+        from torch.distributed.tensor import DTensor
+
+        dtensors = sum(isinstance(p, DTensor) for p in params)
+        facts.update(dtensor_params=dtensors, sharded=kind == "FSDP" and dtensors == len(params) > 0)
+    return facts
+
+
+@contextlib.contextmanager
+def whole_values(trainer: Any, parallel: str) -> Iterator[None]:
+    """Parameters whole for reading (ZeRO-3 keeps a shard on each rank; a collective: every rank enters)."""
+    if parallel != "zero3":
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(trainer.model.parameters())):
+        yield
 
 
 def unsupported(options: Any) -> list[str]:
@@ -102,6 +161,11 @@ def run_trl(
         raise ValueError(f"trainer trl does not apply {', '.join(problems)}; run that control with trainer: builtin")
     result["stage"] = "import trl"
     save()
+    parallel = getattr(options, "parallel", "ddp")
+    if parallel in ("zero2", "zero3") and not next(model.parameters()).is_cuda:
+        os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks its accelerator when imported
+    if parallel == "fsdp2":
+        os.environ["FSDP_VERSION"] = "2"  # what `fsdp_version: 2` in an accelerate config file sets
     import datasets
     import torch
     import transformers
@@ -162,7 +226,11 @@ def run_trl(
     result["stage"] = "train"
     save()
     trainer.train()
-    changed = [n for n, p in trainable.items() if not torch.equal(before[n], p.detach())]
+    result["engine"] = engine_facts(trainer, parallel)
+    if parallel != "ddp" and not result["engine"]["sharded"]:
+        raise RuntimeError(f"the {parallel} engine did not engage: accelerate ran {result['engine']['distributed_type']} (engine facts: {result['engine']})")
+    with whole_values(trainer, parallel):
+        changed = [n for n, p in trainable.items() if not torch.equal(before[n], p.detach())]
     result["samples"] = samples
     result["params"] = {
         "trainable": len(trainable),

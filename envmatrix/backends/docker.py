@@ -156,6 +156,8 @@ class DockerBackend:
             "TORCH_REQUIREMENT": wanted.torch,
             # a CPU torch found through find-links is copied into the context's wheelhouse (/wheelhouse in the image)
             "TORCH_INDEX_URL": wanted.torch_index or "",
+            # sdist-only packages' build settings (plan/install.py SOURCE_BUILD_ENV): NAME=value words
+            "BUILD_ENV": " ".join(f"{k}={v}" for k, v in wanted.build_env),
         }
         if self.settings.index_url and self.settings.index_url.startswith(("http://", "https://")):
             args["PIP_INDEX_URL"] = self.settings.index_url

@@ -56,7 +56,9 @@ class VenvBackend(ProcessBackend):
 
     def inputs_key(self, env: Environment) -> str:
         """What the venv is a function of; a change rebuilds it."""
-        payload = {"env": env.axes(), "reqs": self.requirements(env), "tool": "uv" if self.uv else "pip"}
+        payload: dict[str, object] = {"env": env.axes(), "reqs": self.requirements(env), "tool": "uv" if self.uv else "pip"}
+        if self.install_set(env).build_env:
+            payload["build_env"] = dict(self.install_set(env).build_env)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def prepare(self, build: Build, log: Path) -> Prepared:
@@ -70,7 +72,7 @@ class VenvBackend(ProcessBackend):
         with exclusive(self.root / f".{build.build_id}.lock"):
             marker = read_json(target / MARKER)
             if marker and marker.get("inputs") == key and python.exists():
-                return Prepared(str(python), 0.0, True, facts=marker, env=_cell_env())
+                return Prepared(str(python), 0.0, True, facts=marker, env=_cell_env(target))
             start = time.monotonic()
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("wb") as out:
@@ -91,7 +93,7 @@ class VenvBackend(ProcessBackend):
                 "flash_attn": flash,
             }
             (target / MARKER).write_text(json.dumps(facts, indent=2))
-            return Prepared(str(python), float(str(facts["seconds"])), False, facts=facts, env=_cell_env())
+            return Prepared(str(python), float(str(facts["seconds"])), False, facts=facts, env=_cell_env(target))
 
     def _create(self, env: Environment, target: Path, out: IO[bytes]) -> None:
         if self.uv:
@@ -110,7 +112,8 @@ class VenvBackend(ProcessBackend):
         return [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
 
     def _install(self, env: Environment, python: Path, out: IO[bytes]) -> None:
-        _step("install torch, transformers, peft and the extra packages", [*self._pip(python), *self.requirements(env)], out)
+        extra = dict(self.install_set(env).build_env)
+        _step("install torch, transformers, peft and the extra packages", [*self._pip(python), *self.requirements(env)], out, env=extra)
 
     def _install_flash(self, env: Environment, python: Path, out: IO[bytes]) -> dict[str, object]:
         """flash-attn's wheel name depends on the installed torch (version, CUDA, C++ ABI): read them there."""
@@ -144,16 +147,21 @@ class VenvBackend(ProcessBackend):
         return [line for line in got.stdout.splitlines() if line.strip()]
 
 
-def _cell_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _cell_env(venv: Path) -> dict[str, str]:
+    """The cells' variables: extensions compiled at first use (DeepSpeed's ops, torch's cpp_extension) go
+    into the environment's own folder, built once for all its cells and never mixed with another torch's."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "TORCH_EXTENSIONS_DIR": str(venv / "torch_extensions")}
 
 
-def _step(name: str, cmd: list[str], out: IO[bytes]) -> None:
+def _step(name: str, cmd: list[str], out: IO[bytes], env: dict[str, str] | None = None) -> None:
     """Run one build step into the build log; a failure names the step and quotes its last lines."""
-    out.write(f"\n$ {' '.join(cmd)}\n".encode())
+    shown = " ".join(f"{k}={v}" for k, v in sorted((env or {}).items()))
+    out.write(f"\n$ {shown + ' ' if shown else ''}{' '.join(cmd)}\n".encode())
     out.flush()
     try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=STEP_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=STEP_TIMEOUT_S, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BuildFailed(f"{name}: {exc}") from None
     out.write(proc.stdout)

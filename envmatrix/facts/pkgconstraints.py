@@ -16,7 +16,10 @@ import json
 import re
 import subprocess
 import sys
+import tarfile
 import tempfile
+import urllib.parse
+import urllib.request
 import zipfile
 from dataclasses import dataclass
 from functools import cache
@@ -27,11 +30,14 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
+from ..host.pipconfig import read_pip_settings
+
 if TYPE_CHECKING:
     from ..plan.cells import Environment
     from ..spec.matrix import Scenario
 
 DATA = Path(__file__).with_name("pkgconstraints.json")
+PYPI = "https://pypi.org/simple"
 
 
 @dataclass(frozen=True)
@@ -79,8 +85,8 @@ def environment_reasons(env: Environment, known: dict[tuple[str, str], Release] 
             if req.marker is not None and not req.marker.evaluate({"python_version": env.python, "python_full_version": env.python + ".0", "extra": ""}):
                 continue
             have = pins.get(canonicalize_name(req.name))
-            if have is None:
-                continue  # not an axis: the installer picks a release that fits
+            if have is None or (have == "none" and canonicalize_name(req.name) in dict(env.packages)):
+                continue  # not pinned here (an extra package at `none` too): the installer picks a release that fits
             if have == "none":
                 reasons.append(f"{name} {version} requires {req} {where}; this environment has {req.name}: none")
             elif not req.specifier.contains(have, prereleases=True):
@@ -100,6 +106,8 @@ def scenario_reasons(env: Environment, scenario: Scenario) -> list[str]:
     reasons: list[str] = []
     if scenario.use_vllm and env.gpu == "cpu":
         reasons.append("use_vllm: vLLM generation needs a CUDA GPU; the cpu runner has none")
+    if scenario.trainer == "trl" and scenario.parallel == "fsdp2" and env.gpu == "cpu":
+        reasons.append("parallel: fsdp2 with trainer: trl needs a GPU: accelerate engages FSDP only on GPUs (on a CPU it runs DDP without saying so)")
     for name, field in needed_packages(scenario).items():
         if env.package(name) == "none":
             reasons.append(f"{field} needs the {name} package, and this environment has none; add {name} to the profile's packages")
@@ -113,7 +121,21 @@ def wheel_metadata(wheel: Path) -> tuple[list[str], str | None]:
     """`Requires-Dist` lines (extras' lines left out: no cell asks for an extra) and `Requires-Python`."""
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
-        msg = email.parser.Parser().parsestr(zf.read(name).decode("utf-8"))
+        return _requirements(zf.read(name).decode("utf-8"))
+
+
+def sdist_metadata(sdist: Path) -> tuple[list[str], str | None]:
+    """The same from an sdist's own PKG-INFO, read from the archive and never built (building runs its
+    setup.py): what a release published only as an sdist (DeepSpeed) declares."""
+    with tarfile.open(sdist) as tf:
+        member = next(m for m in tf.getmembers() if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"))
+        handle = tf.extractfile(member)
+        assert handle is not None
+        return _requirements(handle.read().decode("utf-8"))
+
+
+def _requirements(metadata: str) -> tuple[list[str], str | None]:
+    msg = email.parser.Parser().parsestr(metadata)
     requires = []
     for line in msg.get_all("Requires-Dist") or []:
         try:
@@ -130,17 +152,38 @@ def wheel_metadata(wheel: Path) -> tuple[list[str], str | None]:
         return requires, None
 
 
-def fetch(pins: list[str], folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
-    """Download each `name==version` wheel (no dependencies, pip's own index settings) and read it."""
+def sdist_url(name: str, version: str, index: str) -> tuple[str, str]:
+    """The sdist of a release and its sha256 from the index's JSON page (PEP 691)."""
+    request = urllib.request.Request(f"{index.rstrip('/')}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        files = json.loads(reply.read())["files"]
+    for f in files:
+        if f["filename"] in (f"{name}-{version}.tar.gz", f"{name.replace('-', '_')}-{version}.tar.gz"):
+            return urllib.parse.urljoin(reply.url, f["url"]), f["hashes"]["sha256"]
+    raise OSError(f"{name} {version}: no wheel and no sdist on {index}")
+
+
+def fetch(pins: list[str], folder: Path, index: str = PYPI) -> dict[str, dict[str, dict[str, Any]]]:
+    """Download each `name==version` wheel (no dependencies, pip's own index settings) and read it; a
+    release with no wheel is read from its sdist on `index`."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for pin in pins:
         req = Requirement(pin)
         name, version = canonicalize_name(req.name), str(req.specifier).removeprefix("==")
         dest = folder / f"{name}-{version}"
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet", "--disable-pip-version-check", "-d", str(dest), pin]
-        subprocess.run(cmd, check=True, timeout=600)
-        wheel = next(dest.glob("*.whl"))
-        requires, python = wheel_metadata(wheel)
+        if subprocess.run(cmd, timeout=600, capture_output=True).returncode == 0:
+            wheel = next(dest.glob("*.whl"))
+            requires, python = wheel_metadata(wheel)
+        else:  # no wheel for this release (DeepSpeed publishes sdists only): its PKG-INFO
+            url, want = sdist_url(name, version, index)
+            dest.mkdir(parents=True, exist_ok=True)
+            wheel = dest / url.rsplit("/", 1)[-1].split("#")[0]
+            with urllib.request.urlopen(url, timeout=600) as reply:
+                wheel.write_bytes(reply.read())
+            if hashlib.sha256(wheel.read_bytes()).hexdigest() != want:
+                raise OSError(f"{wheel.name}: sha256 differs from the index's")
+            requires, python = sdist_metadata(wheel)
         sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
         out.setdefault(name, {})[version] = {"wheel": wheel.name, "sha256": sha, "requires_dist": requires, "requires_python": python}
     return out
@@ -151,10 +194,13 @@ def refresh(pins: list[str], path: Path = DATA) -> dict[str, Any]:
     old = json.loads(path.read_text()) if path.exists() else {"packages": {}}
     known = [f"{name}=={version}" for name, versions in old["packages"].items() for version in versions]
     with tempfile.TemporaryDirectory() as tmp:
-        packages = fetch(sorted(set(known) | set(pins)), Path(tmp))
+        packages = fetch(sorted(set(known) | set(pins)), Path(tmp), read_pip_settings().index_url or PYPI)
     data = {
         "refreshed": datetime.date.today().isoformat(),
-        "source": "Requires-Dist and Requires-Python of each release's wheel (pip download --no-deps), read by envmatrix.facts.pkgconstraints",
+        "source": (
+            "Requires-Dist and Requires-Python of each release's wheel (pip download --no-deps), or of its sdist's PKG-INFO "
+            "where it publishes no wheel, read by envmatrix.facts.pkgconstraints"
+        ),
         "packages": {name: dict(sorted(v.items(), key=lambda kv: _version_key(kv[0]))) for name, v in sorted(packages.items())},
     }
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -176,7 +222,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         data = refresh(argv)
-    except (subprocess.SubprocessError, StopIteration, OSError) as exc:
+    except (subprocess.SubprocessError, StopIteration, OSError, KeyError, ValueError, tarfile.TarError) as exc:
         print(f"could not download or read a wheel ({exc}); check the pin and pip's index settings", file=sys.stderr)
         return 1
     print(f"{DATA}: {sum(len(v) for v in data['packages'].values())} releases, refreshed {data['refreshed']}")

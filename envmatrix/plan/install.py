@@ -20,6 +20,13 @@ from .cells import Environment
 #: peft would make the environment a function of the day it was built.
 DEFAULT_PEFT = "0.21.2"
 
+#: Packages published as sdists only that compile extensions when asked, and the build settings the
+#: install uses: DeepSpeed's ops are compiled when first used (JIT) unless the profile asks for a source
+#: build (`build_from_source: true`), which prebuilds them at install time (a compiler and the CUDA toolkit).
+SOURCE_BUILD_ENV: dict[str, dict[bool, dict[str, str]]] = {
+    "deepspeed": {False: {"DS_BUILD_OPS": "0"}, True: {"DS_BUILD_OPS": "1"}},
+}
+
 
 @dataclass(frozen=True)
 class Sources:
@@ -66,6 +73,7 @@ class InstallSet:
     pins: tuple[str, ...]  # transformers, peft (default or axis), every extra package: `name==version`
     flash_attn: FlashAttn | None
     base_image: str | None  # the docker backend's base; None where the catalog knows no image
+    build_env: tuple[tuple[str, str], ...] = ()  # variables the install step runs with (SOURCE_BUILD_ENV)
 
     @property
     def requirements(self) -> list[str]:
@@ -85,13 +93,28 @@ class InstallSet:
         if self.flash_attn is not None:
             f = self.flash_attn
             flash = {"release": f.release, "sources": list(f.sources), "wheels": {"cxx11abi_true": f.wheel_abi_true, "cxx11abi_false": f.wheel_abi_false}}
-        return {"requirements": self.requirements, "source_flags": self.source_flags, "flash_attn": flash, "base_image": self.base_image}
+        return {
+            "requirements": self.requirements,
+            "source_flags": self.source_flags,
+            "flash_attn": flash,
+            "base_image": self.base_image,
+            "build_env": dict(self.build_env),
+        }
 
 
 def package_pins(env: Environment) -> list[str]:
     """peft (the profile's axis when it declares one, `none` leaves it out) and every extra package, pinned."""
     pins = [] if "peft" in dict(env.packages) else [f"peft=={DEFAULT_PEFT}"]
     return pins + [f"{name}=={version}" for name, version in env.packages if version != "none"]
+
+
+def build_env(env: Environment, sources: Sources) -> tuple[tuple[str, str], ...]:
+    """The install step's variables for the sdist-only packages this environment pins (SOURCE_BUILD_ENV)."""
+    out: dict[str, str] = {}
+    for name, version in env.packages:
+        if version != "none" and name in SOURCE_BUILD_ENV:
+            out |= SOURCE_BUILD_ENV[name][sources.build_from_source]
+    return tuple(sorted(out.items()))
 
 
 def base_image(env: Environment, sources: Sources) -> str | None:
@@ -115,4 +138,4 @@ def install_set(env: Environment, sources: Sources) -> InstallSet:
         names = {flag: catalog.flash_wheel_name(env.flash_attn, env.torch, env.cuda, env.python, abi_flag=flag) for flag in (True, False)}
         flash = FlashAttn(env.flash_attn, sources.flash_attn, names[True], names[False])
     pins = (f"transformers=={env.transformers}", *package_pins(env))
-    return InstallSet(env.build_id, env.python, torch, index, folder, pins, flash, base_image(env, sources))
+    return InstallSet(env.build_id, env.python, torch, index, folder, pins, flash, base_image(env, sources), build_env(env, sources))

@@ -245,8 +245,8 @@ class Params:
 
 @dataclass(frozen=True)
 class EngineInfo:
-    """The built-in loop's engine (scenario `parallel`) and proof that it engaged: FSDP2's parameters are
-    DTensors, ZeRO-3's are partitioned; whole values and gradients are what `params` compared."""
+    """The engine (scenario `parallel`) and proof that it engaged: FSDP2's parameters are DTensors, ZeRO-3's
+    are partitioned; whole values and gradients are what `params` compared. Under TRL, accelerate's view too."""
 
     parallel: str | None = field(default=None, metadata=_doc("ddp, zero2, zero3 or fsdp2"))
     sharded: bool | None = field(
@@ -257,6 +257,7 @@ class EngineInfo:
     zero_stage: int | None = None
     partitioned_params: int | None = field(default=None, metadata=_doc("DeepSpeed: parameters ZeRO-3 partitioned (0 under ZeRO-2)"))
     deepspeed: str | None = None
+    distributed_type: str | None = field(default=None, metadata=_doc("trainer trl: accelerate's distributed type (DEEPSPEED, FSDP, MULTI_CPU, ...)"))
 
 
 @dataclass(frozen=True)

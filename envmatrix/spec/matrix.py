@@ -432,10 +432,6 @@ def _scenarios(ck: Checker, raw: Any) -> dict[str, Scenario]:
         parallel = kwargs.get("parallel", "ddp")
         if parallel != "ddp" and kwargs.get("world_size", 1) < 2:
             ck.err((*path, "parallel"), f"parallel: {parallel} shards across ranks: set world_size: 2 or more, or use parallel: ddp")
-        if parallel != "ddp" and kwargs.get("trainer") == "trl":
-            ck.err(
-                (*path, "parallel"), f"parallel: {parallel} is the built-in loop's engine; trainer: trl takes its engine from TRL, use trainer: builtin for it"
-            )
         if kwargs.get("trainer") == "trl":
             for key, bad in (("fault", "sigfpe"), ("input_grad_hook", False)):
                 if key in kwargs and kwargs[key] == bad:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..facts.enginefailures import remedy_for as engine_remedy
 from ..records.outcomes import TABLE, Outcome, Verdict, decided
 from ..records.probe_result import EnvFacts, KernelCheck, ProbeResult
 from .garble import garbled
@@ -247,6 +248,7 @@ _RULES: dict[Outcome, Rule] = {
     Outcome.SIGFPE: _sigfpe,
     Outcome.IMPORT_ABI: _log(Outcome.IMPORT_ABI),
     Outcome.UNKNOWN_MODEL: _log(Outcome.UNKNOWN_MODEL),
+    Outcome.ENGINE_ERROR: _log(Outcome.ENGINE_ERROR),
     Outcome.MISSING_MODULE: _missing_module,
     Outcome.DRIVER_TOO_OLD: _log(Outcome.DRIVER_TOO_OLD),
     Outcome.UNSUPPORTED_GPU: _log(Outcome.UNSUPPORTED_GPU),
@@ -341,6 +343,8 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
                 "the image path disagrees with eager (vision tokens or multimodal rotary positions with left padding): "
                 "use eager or sdpa for the VLM, and check position ids"
             )
+    if outcome == Outcome.ENGINE_ERROR and (variant := facts.scan.first_variant(Outcome.ENGINE_ERROR)) is not None:
+        return engine_remedy(variant)
     if outcome == Outcome.MISSING_MODULE and (hit := facts.scan.first(Outcome.MISSING_MODULE)) is not None:
         missing = read_missing(hit.line, hit.context)
         if missing is not None:

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 
+from ..facts.enginefailures import FAILURES as ENGINE_FAILURES
 from .garble import garbled
 
 CHUNK = 1 << 20
@@ -56,6 +57,8 @@ SIGNATURES: dict[str, str] = {
     "unknown_model:probe": r"model_type '[\w.-]+' \([^)]*\) is not known to transformers [\w.]+",
     "unknown_model:auto": r"has model type `[\w.-]+` but Transformers does not recognize this architecture",
     "unknown_model:unrecognized": r"Unrecognized model in \S+\. Should have a `model_type` key",
+    # the training engines' own failures (DeepSpeed ZeRO, FSDP, accelerate): facts/enginefailures.py owns them
+    **{f"engine_error:{name}": failure.pattern for name, failure in ENGINE_FAILURES.items()},
     # a module or library that is not installed (or lacks a name): the evidence names it, the context the importer
     "missing_module:not_found": r"No module named '?[A-Za-z_][\w.]*'?",
     "missing_module:requires_library": r"requires\s+the\s+\S+\s+library\s+but\s+it\s+was\s+not\s+found\s+in\s+your\s+envir\w*",  # 3.x: 'enviromnent'
@@ -179,9 +182,14 @@ class LogScan:
 
     def first(self, outcome: str) -> Hit | None:
         """The hit of the most decisive variant of an outcome's signatures that the log shows."""
+        variant = self.first_variant(outcome)
+        return None if variant is None else self.hits[f"{outcome}:{variant}"]
+
+    def first_variant(self, outcome: str) -> str | None:
+        """The variant name (after `outcome:`) of the hit `first` returns."""
         for name in SIGNATURES:
             if name.split(":")[0] == outcome and name in self.hits:
-                return self.hits[name]
+                return name.split(":", 1)[1]
         return None
 
     def values(self, key: str) -> list[float]:

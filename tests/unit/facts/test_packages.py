@@ -147,7 +147,11 @@ def test_constraint_rule_skips_with_the_requirement() -> None:
     old = pkgconstraints.environment_reasons(env("4.51.3", trl="9.0.0"), known)
     assert old == ["trl 9.0.0 requires transformers>=4.56.2 (from trl-9.0.0.whl's metadata); this environment has transformers 4.51.3"]
     assert "requires Python >=3.11" in pkgconstraints.environment_reasons(env(python="3.10", trl="9.0.0"), known)[0]
-    assert "accelerate: none" in pkgconstraints.environment_reasons(env(trl="9.0.0", accelerate="none"), known)[0]
+    # accelerate at `none` is not pinned: trl's own requirement brings a release that fits, so nothing rules the cell out
+    assert pkgconstraints.environment_reasons(env(trl="9.0.0", accelerate="none"), known) == []
+    assert pkgconstraints.environment_reasons(env(trl="9.0.0", accelerate="1.2.1"), known) == [
+        "trl 9.0.0 requires accelerate>=1.4 (from trl-9.0.0.whl's metadata); this environment has accelerate 1.2.1"
+    ]
     assert pkgconstraints.environment_reasons(env(trl="8.0.0"), known) == []  # unknown release: the install decides
 
 
@@ -230,3 +234,26 @@ def test_image_build_args_pin_the_packages(tmp_path: Path) -> None:
     assert backend.build_args(env())["PACKAGES"] == PEFT
     dockerfile = (Path(__file__).resolve().parents[3] / "dockerfiles" / "probe.Dockerfile").read_text()
     assert "ARG PACKAGES=" in dockerfile and "COPY probes/ /opt/envmatrix/probes/" in dockerfile  # the whole probe package, trl_trainer.py included
+
+
+def test_an_sdist_only_release_is_read_from_its_pkg_info_without_building(tmp_path: Path) -> None:
+    """DeepSpeed publishes sdists only: its requirements come from PKG-INFO in the archive; setup.py never runs."""
+    import io
+    import tarfile
+
+    info = "Metadata-Version: 2.4\nName: deepspeed\nVersion: 9.9.9\nDynamic: requires-dist\nRequires-Dist: torch\nRequires-Dist: pydantic>=2.0.0\n"
+    info += 'Requires-Dist: mpi4py; extra == "1bit-mpi"\n'
+    sdist = tmp_path / "deepspeed-9.9.9.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tf:
+        for name, text in (("deepspeed-9.9.9/PKG-INFO", info), ("deepspeed-9.9.9/setup.py", "raise SystemExit('built')\n")):
+            data = text.encode()
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            tf.addfile(member, io.BytesIO(data))
+    assert pkgconstraints.sdist_metadata(sdist) == (["torch", "pydantic>=2.0.0"], None)
+
+
+def test_the_shipped_deepspeed_releases_are_known_from_their_sdists() -> None:
+    known = pkgconstraints.releases()
+    ds = known[("deepspeed", "0.18.4")]
+    assert ds.wheel == "deepspeed-0.18.4.tar.gz" and "torch" in ds.requires and len(ds.sha256) == 64

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -32,13 +31,20 @@ def test_a_trl_scenario_without_trl_is_not_applicable_and_says_so() -> None:
 
 
 def test_a_zero_scenario_without_deepspeed_is_not_applicable_and_says_so() -> None:
-    zero3 = replace(SPEC.scenarios["fp32-sdpa"], parallel="zero3", world_size=2)
+    zero3 = SPEC.scenarios["zero3"]
     cell = eligibility.judge(CPU, env(), zero3)
     assert cell.status == SKIPPED and eligibility.NEEDS in cell.kinds
     assert "parallel: zero3 needs the deepspeed package, and this environment has none" in cell.reason
     assert eligibility.judge(CPU, env(deepspeed="0.18.4"), zero3).status == PLANNED
-    fsdp2 = replace(zero3, parallel="fsdp2")  # torch's own: nothing more to install
-    assert eligibility.judge(CPU, env(), fsdp2).status == PLANNED
+    assert eligibility.judge(CPU, env(), SPEC.scenarios["fsdp2"]).status == PLANNED  # torch's own: nothing more to install
+
+
+def test_trl_under_fsdp2_needs_a_gpu_and_under_zero_needs_deepspeed() -> None:
+    """accelerate engages FSDP only on GPUs: on the cpu runner the cell would silently train under DDP."""
+    cell = eligibility.judge(CPU, env(trl="1.16.0", deepspeed="0.18.4"), SPEC.scenarios["trl-fsdp2"])
+    assert cell.status == SKIPPED and "accelerate engages FSDP only on GPUs" in cell.reason
+    assert eligibility.judge(CPU, env(trl="1.16.0", deepspeed="0.18.4"), SPEC.scenarios["trl-zero3"]).status == PLANNED
+    assert "needs the deepspeed package" in eligibility.judge(CPU, env(trl="1.16.0"), SPEC.scenarios["trl-zero3"]).reason
 
 
 def test_package_metadata_and_catalog_reasons_have_their_kinds() -> None:

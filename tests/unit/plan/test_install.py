@@ -4,6 +4,7 @@ environment of the shipped profiles, and the docker backend's build arguments co
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -40,31 +41,35 @@ def split(args: list[str]) -> tuple[Counter[str], Counter[tuple[str, str]]]:
     return reqs, flags
 
 
-def installed_by_venv(env: Environment, sources: Sources, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter[str], Counter[tuple[str, str]]]:
-    """The arguments of the venv backend's real install step, with the step itself not run."""
-    seen: list[list[str]] = []
-    monkeypatch.setattr("envmatrix.backends.venv._step", lambda name, cmd, out: seen.append(cmd))
+Args = tuple[Counter[str], Counter[tuple[str, str]], dict[str, str]]
+
+
+def installed_by_venv(env: Environment, sources: Sources, monkeypatch: pytest.MonkeyPatch) -> Args:
+    """The arguments and build variables of the venv backend's real install step, with the step itself not run."""
+    seen: list[tuple[list[str], dict[str, str]]] = []
+    monkeypatch.setattr("envmatrix.backends.venv._step", lambda name, cmd, out, env=None: seen.append((cmd, env or {})))
     backend = VenvBackend(Path("/nonexistent"), use_uv=None, sources=sources)
     backend.uv = "uv"  # the uv command line is the one compared (pip reads pip.conf by itself)
     backend._install(env, Path("/nonexistent/bin/python"), io.BytesIO())
-    (cmd,) = seen
-    return split(cmd[cmd.index("unsafe-best-match") + 1 :])
+    ((cmd, variables),) = seen
+    return (*split(cmd[cmd.index("unsafe-best-match") + 1 :]), variables)
 
 
-def resolved(env: Environment, sources: Sources, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter[str], Counter[tuple[str, str]]]:
-    """What `plan --resolve` hands uv for the environment: the requirements on stdin, the index flags."""
-    calls: list[tuple[list[str], str]] = []
+def resolved(env: Environment, sources: Sources, monkeypatch: pytest.MonkeyPatch) -> Args:
+    """What `plan --resolve` hands uv for the environment: the requirements on stdin, the index flags, the
+    build variables (beyond the inherited environment)."""
+    calls: list[tuple[list[str], str, dict[str, str]]] = []
 
     def fake_run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        calls.append((cmd, kw["input"]))
+        calls.append((cmd, kw["input"], {k: v for k, v in kw["env"].items() if os.environ.get(k) != v}))
         return subprocess.CompletedProcess(cmd, 0, 'lock-version = "1.0"\ncreated-by = "uv"\n', "")
 
     monkeypatch.setattr(resolve.subprocess, "run", fake_run)
     resolve.resolve_env(env, sources, uv="uv", cache=None)
-    ((cmd, stdin),) = calls
+    ((cmd, stdin, variables),) = calls
     reqs, _ = split(stdin.split())
     _, flags = split(cmd[cmd.index("unsafe-best-match") + 1 :])
-    return reqs, flags
+    return reqs, flags, variables
 
 
 @pytest.mark.parametrize("profile", ["gpu", "cpu"])
@@ -75,7 +80,8 @@ def test_resolve_checks_what_the_venv_backend_installs(profile: str, monkeypatch
     for env in envs:
         venv = installed_by_venv(env, sources, monkeypatch)
         assert resolved(env, sources, monkeypatch) == venv, env.build_id
-        reqs = venv[0]
+        reqs, variables = venv[0], venv[2]
+        assert variables == ({"DS_BUILD_OPS": "0"} if env.package("deepspeed") != "none" else {}), env.build_id  # DeepSpeed: an sdist, ops JIT
         assert reqs[f"transformers=={env.transformers}"] == 1 and any(r.startswith(f"torch=={env.torch}") for r in reqs)
         for name, version in env.packages:  # every extra package axis is pinned (none: not installed)
             assert (reqs[f"{name}=={version}"] == 1) == (version != "none"), (env.build_id, name)
@@ -87,7 +93,7 @@ def test_the_trl_environments_of_the_cpu_profile_resolve_trl(monkeypatch: pytest
     with_trl = [b.env for b in builds(expand(SPEC, "cpu")) if b.env.package("trl") != "none"]
     assert len(with_trl) >= 2
     for env in with_trl:
-        reqs, _ = resolved(env, sources, monkeypatch)
+        reqs, _, _ = resolved(env, sources, monkeypatch)
         assert reqs[f"trl=={env.package('trl')}"] == 1
 
 
@@ -109,6 +115,7 @@ def test_docker_build_args_come_from_the_install_set() -> None:
         assert args["BASE_IMAGE"] == wanted.base_image and args["TORCH_REQUIREMENT"] == wanted.torch
         assert args["TORCH_INDEX_URL"] == (wanted.torch_index or "")
         assert ["transformers==" + args["TRANSFORMERS"], *args["PACKAGES"].split()] == list(wanted.pins)
+        assert args["BUILD_ENV"] == " ".join(f"{k}={v}" for k, v in wanted.build_env)
         if wanted.flash_attn is not None:
             assert (args["FLASH_WHEEL_ABI_TRUE"], args["FLASH_WHEEL_ABI_FALSE"]) == (wanted.flash_attn.wheel_abi_true, wanted.flash_attn.wheel_abi_false)
 
@@ -124,3 +131,10 @@ def test_base_images_come_from_the_catalog_for_every_cuda_build() -> None:
     assert "cudnn-devel" in str(install_set(flash, source_build).base_image)
     assert install_set(flash, Sources(SETTINGS, base_images={"12.8": "registry.example/cuda:12.8"})).base_image == "registry.example/cuda:12.8"
     assert install_set(Environment("12.3", "2.8.0", "4.57.6", "none", "H100", "3.12"), sources).base_image is None
+
+
+def test_deepspeed_installs_without_building_its_ops_unless_the_profile_asks() -> None:
+    ds = Environment("none", "2.13.0", "4.57.6", "none", "cpu", "3.11", (("deepspeed", "0.18.4"),))
+    assert install_set(ds, Sources(SETTINGS)).build_env == (("DS_BUILD_OPS", "0"),)
+    assert install_set(ds, Sources(SETTINGS, build_from_source=True)).build_env == (("DS_BUILD_OPS", "1"),)
+    assert install_set(Environment("none", "2.13.0", "4.57.6", "none", "cpu", "3.11", (("deepspeed", "none"),)), Sources(SETTINGS)).build_env == ()

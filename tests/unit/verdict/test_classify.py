@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from conftest import REAL_LOGS as SHARED_LOGS
 
-from envmatrix.records.outcomes import OUTCOME_NAMES
+from envmatrix.facts.enginefailures import FAILURES as ENGINE_FAILURES
+from envmatrix.records.outcomes import OUTCOME_NAMES, Outcome
 from envmatrix.records.probe_result import ProbeResult
 from envmatrix.verdict.classify import RULES, RunFacts, classify, control_status, signal_number
 from envmatrix.verdict.logscan import CHUNK, scan_stream, scan_text
@@ -311,3 +312,42 @@ def test_real_log_under_other_noise(name: str, expected: str) -> None:
     for kind, noisy in _noisy_variants(data).items():
         got = classify(RunFacts(scan=scan_stream(io.BytesIO(noisy)))).outcome
         assert got == expected, f"{name} with {kind}: {got}"
+
+
+# ---- the engines' failures (envmatrix/facts/enginefailures.py): each known text, its cause and fix
+ENGINE_LINES = {
+    "ckpt_recompute": "[rank1]: torch.utils.checkpoint.CheckpointError: torch.utils.checkpoint: Recomputed values for the following tensors "
+    "have different metadata than during the forward pass.",
+    "scheduler_param_groups": "    for param_group, lr in zip(self.optimizer.param_groups, values, strict=True):\n"
+    "ValueError: zip() argument 2 is longer than argument 1",
+    "coordinator_trace": "[rank0]: IndexError: pop from an empty deque",
+    "allgather_dtype": "TypeError: output tensor must have the same type as input tensor",
+    "hook_grad_fn": "AttributeError: 'NoneType' object has no attribute 'next_functions'",
+    "elastic_import": "ImportError: cannot import name '_get_socket_with_port' from 'torch.distributed.elastic.agent.server.api'",
+    "unwrap_keep_torch_compile": "TypeError: Accelerator.unwrap_model() got an unexpected keyword argument 'keep_torch_compile'",
+    "fsdp_unallocated": "RuntimeError: The tensor has a non-zero number of elements, but its data is not allocated yet. Caffe2 uses a lazy",
+    "fsdp2_mixed_dtensor": "RuntimeError: aten.mm.default: got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor",
+    "zero3_device_map": "ValueError: DeepSpeed Zero-3 is not compatible with passing a `device_map`.",
+    "cpu_accelerator_ipex": "ValueError: CPU_Accelerator requires intel_extension_for_pytorch, which is not installed on this system.",
+    "cpu_numactl": "FileNotFoundError: [Errno 2] No such file or directory: 'numactl'",
+}
+
+
+def test_every_engine_failure_has_a_test_line() -> None:
+    assert set(ENGINE_LINES) == set(ENGINE_FAILURES)
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE_LINES))
+def test_engine_failures_are_named_with_their_fix_and_source(name: str) -> None:
+    verdict = classify(RunFacts(scan=scan_text("step 1 ok\n" + ENGINE_LINES[name] + "\n"), exit_code=1))
+    assert verdict.outcome == Outcome.ENGINE_ERROR, verdict
+    assert verdict.remedy.startswith(ENGINE_FAILURES[name].remedy) and ENGINE_FAILURES[name].sources[0] in verdict.remedy
+
+
+def test_an_engine_import_failure_is_the_engine_not_a_missing_module() -> None:
+    """`cannot import name` is also a missing-module text: the engine's known cause ranks first."""
+    text = (
+        "Traceback (most recent call last):\n  File \"x.py\", line 1\nImportError: cannot import name 'log' from 'torch.distributed.elastic.agent.server.api'\n"
+    )
+    assert log_class(text, exit_code=1) == Outcome.ENGINE_ERROR
+    assert log_class("ImportError: cannot import name 'foo' from 'bar'\n", exit_code=1) == Outcome.MISSING_MODULE

@@ -1,0 +1,110 @@
+"""The training engines' known failures (DeepSpeed ZeRO, FSDP, accelerate): how each reads in a log, what
+causes it, which releases fix it, and where that is written publicly.
+
+The one owner of these facts: the classifier's `engine_error` signatures are these patterns (most decisive
+first), its remedy is the matching entry's, and the sources travel with it so a user can check the claim.
+Patterns are RE2 (linear time); `\\s+` between words survives terminal wrapping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineFailure:
+    """One failure of the engine layer, as users meet it."""
+
+    pattern: str  # what the log shows (RE2)
+    remedy: str  # the cause in one clause, then what to install or set
+    sources: tuple[str, ...]  # public reports and fixes
+
+
+# fmt: off
+FAILURES: dict[str, EngineFailure] = {
+    "ckpt_recompute": EngineFailure(
+        r"Recomputed\s+values\s+for\s+the\s+following\s+tensors\s+have\s+different\s+metadata",
+        "non-reentrant gradient checkpointing recomputed a parameter that DeepSpeed ZeRO-3 had already released (recomputed shape [0]: "
+        "frozen or LoRA-base weights): use gradient_checkpointing_kwargs={'use_reentrant': True} under ZeRO-3 with LoRA or frozen "
+        "parameters, or shard with FSDP2; TRL 0.27-1.8 default to use_reentrant=False and trl >= 1.9.0 forces True for PEFT + ZeRO-3",
+        ("https://github.com/huggingface/transformers/issues/47254", "https://github.com/huggingface/trl/issues/2514",
+         "https://github.com/deepspeedai/DeepSpeed/issues/4332", "https://github.com/huggingface/trl/pull/6356"),
+    ),
+    "scheduler_param_groups": EngineFailure(
+        r"zip\(self\.optimizer\.param_groups,\s*values,\s*strict=True\)",
+        "DeepSpeed dropped an empty optimizer param group (LoRA leaves the Trainer's no-decay group empty) after the Trainer had "
+        "built its LR scheduler over both groups, and torch >= 2.10 checks the count: use transformers >= 5.1.0 (it builds the "
+        "scheduler after accelerator.prepare), or pass an optimizer whose every param group holds a trainable parameter",
+        ("https://github.com/huggingface/transformers/pull/43711", "https://github.com/huggingface/transformers/pull/43692",
+         "https://github.com/modelscope/ms-swift/issues/8299"),
+    ),
+    "coordinator_trace": EngineFailure(
+        r"pop\s+from\s+an\s+empty\s+deque",
+        "ZeRO-3's parameter coordinator kept a trace recorded before generation took its hooks off and put them back: "
+        "use deepspeed >= 0.19.2 or trl >= 1.5.0 (both invalidate the trace when the hooks come back)",
+        ("https://github.com/huggingface/trl/issues/4899", "https://github.com/deepspeedai/DeepSpeed/pull/8043",
+         "https://github.com/huggingface/trl/pull/4693"),
+    ),
+    "allgather_dtype": EngineFailure(
+        r"output\s+tensor\s+must\s+have\s+the\s+same\s+type\s+as\s+input\s+tensor",
+        "ZeRO-3 all-gathered parameters of two dtypes into one buffer (a bf16 base beside fp32 LoRA adapters or fp32 modules): keep "
+        "the parameters in one dtype; with deepspeed 0.19.2, which stopped casting ZeRO-Init models to bf16, use deepspeed >= 0.19.3 "
+        "(or <= 0.19.1), or trl >= 1.7.0 (adapters kept in the base's dtype)",
+        ("https://github.com/deepspeedai/DeepSpeed/issues/8072", "https://github.com/huggingface/trl/pull/6091",
+         "https://github.com/deepspeedai/DeepSpeed/issues/4873"),
+    ),
+    "hook_grad_fn": EngineFailure(
+        r"'NoneType'\s+object\s+has\s+no\s+attribute\s+'next_functions'",
+        "deepspeed 0.18.3-0.18.6 counts parameters in a backward hook with grad mode off, which torch <= 2.4 does not allow: "
+        "use deepspeed >= 0.18.7 or torch >= 2.5",
+        ("https://github.com/deepspeedai/DeepSpeed/issues/7830", "https://github.com/deepspeedai/DeepSpeed/pull/7841"),
+    ),
+    "elastic_import": EngineFailure(
+        r"cannot\s+import\s+name\s+'?(?:log|_get_socket_with_port)'?\s+from\s+'?torch\.distributed\.elastic",
+        "deepspeed <= 0.14.3 imports torch.distributed.elastic internals that torch 2.4 removed: use deepspeed >= 0.14.4",
+        ("https://github.com/deepspeedai/DeepSpeed/issues/5603", "https://github.com/deepspeedai/DeepSpeed/pull/5654"),
+    ),
+    "unwrap_keep_torch_compile": EngineFailure(
+        r"unwrap_model\(\)\s+got\s+an\s+unexpected\s+keyword\s+argument\s+'keep_torch_compile'",
+        "transformers >= 4.52 calls accelerate's unwrap_model(keep_torch_compile=...), which accelerate has from 1.3.0, while it still "
+        "declares accelerate>=0.26: install accelerate >= 1.3.0",
+        ("https://github.com/instructlab/instructlab/issues/3456", "https://github.com/huggingface/transformers/pull/38339"),
+    ),
+    "fsdp_unallocated": EngineFailure(
+        r"has\s+a\s+non-zero\s+number\s+of\s+elements,\s+but\s+its\s+data\s+is\s+not\s+allocated\s+yet",
+        "generation ran on FSDP-sharded weights that were never gathered: GRPOTrainer supports FSDP from trl 0.18.0; "
+        "on older TRL train with DeepSpeed ZeRO-3",
+        ("https://github.com/huggingface/trl/issues/2796", "https://github.com/huggingface/trl/pull/3260"),
+    ),
+    "fsdp2_mixed_dtensor": EngineFailure(
+        r"got\s+mixed\s+torch\.Tensor\s+and\s+DTensor",
+        "generate ran outside FSDP2's forward (LoRA adapters left as plain tensors beside DTensor weights): transformers >= 5.0.0 "
+        "registers generate as an FSDP forward method; or call torch.distributed.fsdp.register_fsdp_forward_method(model, 'generate')",
+        ("https://github.com/huggingface/trl/issues/4550", "https://github.com/huggingface/transformers/pull/42436"),
+    ),
+    "zero3_device_map": EngineFailure(
+        r"DeepSpeed\s+Zero-3\s+is\s+not\s+compatible\s+with\s+passing\s+a\s+`?device_map",
+        "the model was loaded with a device_map under ZeRO-3 (TRL sets device_map='auto' unless it sees a multi-GPU or DeepSpeed run): "
+        "pass model_init_kwargs={'device_map': None}, or load the model yourself without one",
+        ("https://github.com/huggingface/transformers/blob/v4.57.6/src/transformers/modeling_utils.py",),
+    ),
+    "cpu_accelerator_ipex": EngineFailure(
+        r"CPU_Accelerator\s+requires\s+intel_extension_for_pytorch",
+        "this deepspeed's CPU accelerator needs Intel's extension for PyTorch: use a deepspeed whose CPU accelerator runs on plain torch "
+        "(0.15.4 and later here) or install intel_extension_for_pytorch for this torch",
+        ("https://github.com/deepspeedai/DeepSpeed/blob/v0.14.0/accelerator/real_accelerator.py",),
+    ),
+    "cpu_numactl": EngineFailure(
+        r"No\s+such\s+file\s+or\s+directory:\s+'numactl'",
+        "this deepspeed binds its CPU ranks to NUMA nodes with the numactl program, which is not installed: install numactl "
+        "(apt-get install numactl), or use a deepspeed whose CPU accelerator does without it (0.16.9 does here)",
+        ("https://github.com/deepspeedai/DeepSpeed/blob/v0.15.4/deepspeed/utils/numa.py",),
+    ),
+}
+# fmt: on
+
+
+def remedy_for(name: str) -> str:
+    """The remedy of a failure by name, with its first source."""
+    failure = FAILURES[name]
+    return f"{failure.remedy} (see {failure.sources[0]})"
