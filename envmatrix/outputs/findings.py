@@ -172,13 +172,22 @@ def describe(axis: str, chosen: set[str], tried: set[str]) -> str:
 
 def where(side: list[Record], recs: list[Record], axes: tuple[str, ...]) -> str:
     """A failing side in words over several axes: the values of each axis it shows, when every cell with
-    all of those values shows this outcome (`with trl 0.19.1 and transformers ≥ 5.1.0`); else its cells' combinations."""
+    all of those values shows this outcome (`with trl 0.19.1 and transformers ≥ 5.1.0`); else its cells'
+    combinations. A package left at `none` (not pinned) is not named where the rest already say it exactly."""
     values = [_values(r) for r in recs]
+    tried = {a: {v.get(a, "none") for v in values} for a in axes}
     chosen = {a: {_values(r).get(a, "none") for r in side} for a in axes}
-    exact = all(r.klass == side[0].klass for v, r in zip(values, recs, strict=True) if all(v.get(a, "none") in chosen[a] for a in axes))
-    if exact:
-        tried = {a: {v.get(a, "none") for v in values} for a in axes}
-        return "with " + " and ".join(describe(a, chosen[a], tried[a]) for a in axes if chosen[a] != tried[a])
+
+    def exact(subset: list[str]) -> bool:
+        matching = [r for v, r in zip(values, recs, strict=True) if all(v.get(a, "none") in chosen[a] for a in subset)]
+        return all(r.klass == side[0].klass for r in matching)
+
+    named = [a for a in axes if chosen[a] != tried[a]]
+    if exact(named):
+        for a in [a for a in named if chosen[a] == {"none"} and any(a in r.cell.packages for r in side)]:
+            if exact([b for b in named if b != a]):
+                named.remove(a)
+        return "with " + " and ".join(describe(a, chosen[a], tried[a]) for a in named)
     combos = sorted({", ".join(f"{a} {_values(r).get(a, 'none')}" for a in axes) for r in side})
     return "with " + "; ".join(f"({c})" for c in combos)
 

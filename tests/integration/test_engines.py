@@ -42,3 +42,23 @@ def test_engine_trains_on_two_ranks(parallel: str, tmp_path: Path) -> None:
     else:
         assert engine["zero_stage"] == int(parallel[-1])
         assert engine["partitioned_params"] == (engine["params"] if parallel == "zero3" else 0)
+
+
+NO_TRL = pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="trainer: trl needs the trl package in the tests' interpreter")
+
+
+@NO_TRL
+@NO_DEEPSPEED
+def test_trl_trains_under_zero3_through_accelerates_plugin(tmp_path: Path) -> None:
+    """TRL's GRPOTrainer under accelerate's DeepSpeed plugin: accelerate says DEEPSPEED, every parameter is
+    partitioned, and the gathered values all changed."""
+    scenario = Scenario(name="trl-zero3", trainer="trl", world_size=2, parallel="zero3", steps=2)
+    log = tmp_path / "probe.log"
+    done = run_logged(probe_command(sys.executable, scenario, tmp_path), log, timeout=900)
+    facts = gather(tmp_path, log, exit_code=done.exit_code, timed_out=done.timed_out)
+    result = facts.result or {}
+    assert classify(facts).outcome == "ok", log.read_text(errors="replace")[-3000:]
+    engine = result["engine"]
+    assert engine["distributed_type"] == "DEEPSPEED" and engine["zero_stage"] == 3 and engine["sharded"] is True
+    assert engine["partitioned_params"] == engine["params"] > 0
+    assert result["params"]["all_changed"] and result["params"]["all_got_grad"]

@@ -134,3 +134,18 @@ def test_a_missing_module_finding_says_where_it_was_installed() -> None:
     assert finding.note.startswith(f"requests 2.34.2 was installed in {ok.env} (ok; there transformers 4.57.6")
     assert "huggingface-hub 0.36.2 (here 2.4.0)" in finding.note
     assert find([ok, make_record("nan_loss", scenario="trl-grpo", transformers="5.23.0")]).findings[0].note == ""
+
+
+def test_a_package_left_unpinned_is_not_named_where_the_rest_say_it() -> None:
+    """accelerate at `none` (not pinned) beside accelerate 1.2.1 and 1.3.0: the missing_module side is named by
+    transformers and trl alone; the engine_error side keeps accelerate, the axis that explains it."""
+    records = []
+    for trl, acc, tf, outcome in (
+        ("0.18.2", "1.2.1", "4.51.3", "ok"), ("0.18.2", "1.2.1", "4.57.6", "engine_error"), ("0.18.2", "1.3.0", "4.57.6", "ok"),
+        ("0.19.1", "none", "4.57.6", "ok"), ("0.19.1", "none", "5.23.0", "missing_module"), ("1.16.0", "none", "5.23.0", "ok"),
+    ):  # fmt: skip
+        rec = make_record(outcome, scenario="trl-grpo", transformers=tf, evidence="x")
+        records.append(replace(rec, cell=replace(rec.cell, packages={"trl": trl, "accelerate": acc}, env=rec.cell.env + f"-a{acc}-trl{trl}")))
+    text = find(records).findings[0].text
+    assert "missing_module with transformers 5.23.0 and trl 0.19.1;" in text and "accelerate none" not in text
+    assert "engine_error with transformers 4.57.6 and trl 0.18.2 and accelerate 1.2.1;" in text
