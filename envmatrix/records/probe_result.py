@@ -269,6 +269,7 @@ class TrlInfo:
     not_applied: Mapping[str, Scalar] = field(default_factory=dict)
     left_out: tuple[str, ...] = ()
     defaults_kept: Mapping[str, Scalar] = field(default_factory=dict)
+    vllm: str | None = field(default=None, metadata=_doc("use_vllm: the vLLM version whose engine generated (colocate mode)"))
 
 
 @dataclass(frozen=True)

