@@ -53,6 +53,37 @@ def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if m is not model and type(m).__name__ in names]
 
 
+def use_deepspeed_on(device_type: str) -> None:
+    """DeepSpeed picks its accelerator when imported: on a CPU it must be told (it then talks gloo)."""
+    if device_type == "cpu":
+        os.environ["DS_ACCELERATOR"] = "cpu"
+
+
+@contextlib.contextmanager
+def gathered(params: list[torch.Tensor], stage: int) -> Iterator[None]:
+    """ZeRO-3's partitioned parameters whole on every rank inside the block (a collective: every rank enters);
+    nothing to gather below stage 3."""
+    if stage != 3:
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(params):
+        yield
+
+
+def dtensor_count(params: list[torch.Tensor]) -> int:
+    """Parameters FSDP2 sharded (DTensors)."""
+    from torch.distributed.tensor import DTensor
+
+    return sum(isinstance(p, DTensor) for p in params)
+
+
+def partitioned_count(params: list[torch.Tensor]) -> int:
+    """Parameters DeepSpeed ZeRO-3 partitioned (they carry its ds_id)."""
+    return sum(hasattr(p, "ds_id") for p in params)
+
+
 class Engine:
     """DDP (or one plain process): torch's optimizer, clip_grad_norm_, parameters whole on every rank."""
 
@@ -113,10 +144,8 @@ class Fsdp2(Engine):
         return {n: None if p.grad is None else _full(p.grad) for n, p in params.items()}
 
     def facts(self) -> dict[str, Any]:
-        from torch.distributed.tensor import DTensor
-
         params = list(self.model.parameters())
-        dtensors = sum(isinstance(p, DTensor) for p in params)
+        dtensors = dtensor_count(params)
         return {"parallel": self.parallel, "sharded": dtensors == len(params) > 0, "dtensor_params": dtensors, "params": len(params)}
 
 
@@ -151,9 +180,7 @@ class Zero(Engine):
         if self.stage != 3:
             yield
             return
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(self.train_model.parameters())):
+        with gathered(list(self.train_model.parameters()), self.stage):
             _remove_zero3_hooks(self.train_model)
             try:
                 yield
@@ -161,12 +188,8 @@ class Zero(Engine):
                 _add_zero3_hooks(self.train_model)
 
     def whole(self, params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if self.stage != 3:
+        with gathered(list(params.values()), self.stage):
             return super().whole(params)
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(params.values())):
-            return {n: p.detach().clone() for n, p in params.items()}
 
     def whole_grads(self, params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
         from deepspeed.utils import safe_get_full_grad
@@ -182,7 +205,7 @@ class Zero(Engine):
             "sharded": True,
             "params": len(params),
             "zero_stage": self.train_model.zero_optimization_stage(),
-            "partitioned_params": sum(hasattr(p, "ds_id") for p in params),
+            "partitioned_params": partitioned_count(params),
             "deepspeed": deepspeed.__version__,
         }
 
@@ -243,8 +266,7 @@ def make(
         optimizer = torch.optim.AdamW(list(sharded.values()), lr=lr, weight_decay=0.0)
         return Fsdp2(model, model, optimizer), sharded
     if parallel in ZERO_STAGES:
-        if device.type == "cpu":  # DeepSpeed picks its accelerator at import; on CPU it talks gloo
-            os.environ["DS_ACCELERATOR"] = "cpu"
+        use_deepspeed_on(device.type)
         import deepspeed
 
         stage = ZERO_STAGES[parallel]

@@ -14,12 +14,11 @@ a missing or incompatible TRL raises inside the probe, which records it as an er
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,13 +86,17 @@ def engine_kwargs(parallel: str) -> dict[str, Any]:
     """The engine as TrainingArguments take it: a DeepSpeed config whose "auto" values transformers fills from
     the other arguments (batch size, clipping, bf16), or FSDP with transformer-based wrapping of the model's
     `_no_split_modules` (accelerate's default policy; FSDP2 itself is chosen by FSDP_VERSION, see run_trl)."""
-    if parallel in ("zero2", "zero3"):
+    if parallel == "ddp":
+        return {}
+    from probes.engines import ZERO_STAGES  # the engines' owner imports torch: only where an engine is asked for
+
+    if parallel in ZERO_STAGES:
         return {
             "deepspeed": {
                 "train_micro_batch_size_per_gpu": "auto",
                 "gradient_accumulation_steps": "auto",
                 "gradient_clipping": "auto",
-                "zero_optimization": {"stage": int(parallel[-1])},
+                "zero_optimization": {"stage": ZERO_STAGES[parallel]},
                 "bf16": {"enabled": "auto"},
                 "fp16": {"enabled": "auto"},
                 "steps_per_print": 2**31 - 1,
@@ -107,35 +110,22 @@ def engine_kwargs(parallel: str) -> dict[str, Any]:
 def engine_facts(trainer: Any, parallel: str) -> dict[str, Any]:
     """Proof that accelerate engaged the engine asked for (it falls back to DDP silently where it cannot,
     e.g. FSDP without a GPU): its distributed type, and the parameters' own state."""
+    from probes.engines import ZERO_STAGES, dtensor_count, partitioned_count
+
     kind = str(trainer.accelerator.distributed_type).rsplit(".", 1)[-1]
     params = list(trainer.model.parameters())
     facts: dict[str, Any] = {"parallel": parallel, "distributed_type": kind, "params": len(params), "sharded": False}
-    if parallel in ("zero2", "zero3"):
+    if parallel in ZERO_STAGES:
         import deepspeed
 
         plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-        partitioned = sum(hasattr(p, "ds_id") for p in params)
         stage = getattr(plugin, "zero_stage", None)
-        engaged = kind == "DEEPSPEED" and stage == int(parallel[-1])
-        facts.update(zero_stage=stage, partitioned_params=partitioned, deepspeed=deepspeed.__version__, sharded=engaged)
+        engaged = kind == "DEEPSPEED" and stage == ZERO_STAGES[parallel]
+        facts.update(zero_stage=stage, partitioned_params=partitioned_count(params), deepspeed=deepspeed.__version__, sharded=engaged)
     elif parallel == "fsdp2":
-        from torch.distributed.tensor import DTensor
-
-        dtensors = sum(isinstance(p, DTensor) for p in params)
+        dtensors = dtensor_count(params)
         facts.update(dtensor_params=dtensors, sharded=kind == "FSDP" and dtensors == len(params) > 0)
     return facts
-
-
-@contextlib.contextmanager
-def whole_values(trainer: Any, parallel: str) -> Iterator[None]:
-    """Parameters whole for reading (ZeRO-3 keeps a shard on each rank; a collective: every rank enters)."""
-    if parallel != "zero3":
-        yield
-        return
-    import deepspeed
-
-    with deepspeed.zero.GatheredParameters(list(trainer.model.parameters())):
-        yield
 
 
 def unsupported(options: Any) -> list[str]:
@@ -162,8 +152,10 @@ def run_trl(
     result["stage"] = "import trl"
     save()
     parallel = getattr(options, "parallel", "ddp")
-    if parallel in ("zero2", "zero3") and not next(model.parameters()).is_cuda:
-        os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks its accelerator when imported
+    from probes.engines import ZERO_STAGES, gathered, use_deepspeed_on
+
+    if parallel in ZERO_STAGES:
+        use_deepspeed_on(next(model.parameters()).device.type)
     if parallel == "fsdp2":
         os.environ["FSDP_VERSION"] = "2"  # what `fsdp_version: 2` in an accelerate config file sets
     if getattr(options, "use_vllm", False) and not next(model.parameters()).is_cuda:
@@ -238,7 +230,7 @@ def run_trl(
     result["engine"] = engine_facts(trainer, parallel)
     if parallel != "ddp" and not result["engine"]["sharded"]:
         raise RuntimeError(f"the {parallel} engine did not engage: accelerate ran {result['engine']['distributed_type']} (engine facts: {result['engine']})")
-    with whole_values(trainer, parallel):
+    with gathered(list(trainer.model.parameters()), ZERO_STAGES.get(parallel, 0)):
         changed = [n for n, p in trainable.items() if not torch.equal(before[n], p.detach())]
     result["samples"] = samples
     result["params"] = {

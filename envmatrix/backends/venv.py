@@ -115,7 +115,7 @@ class VenvBackend(ProcessBackend):
     def _install(self, env: Environment, python: Path, out: IO[bytes]) -> None:
         wanted = self.install_set(env)
         extra = dict(wanted.build_env)
-        leave_out = ["--excludes", str(wanted.excludes_file(python.parent.parent))] if wanted.excludes and self.uv else []
+        leave_out = wanted.exclude_flags(python.parent.parent) if self.uv else []
         _step("install torch, transformers, peft and the extra packages", [*self._pip(python), *leave_out, *self.requirements(env)], out, env=extra)
         if wanted.excludes and not self.uv:  # pip has no --excludes: take them out again
             _step("remove excluded dependencies", [str(python), "-m", "pip", "uninstall", "-y", *wanted.excludes], out)

@@ -82,11 +82,13 @@ class InstallSet:
     build_env: tuple[tuple[str, str], ...] = ()  # variables the install step runs with (SOURCE_BUILD_ENV)
     excludes: tuple[str, ...] = ()  # dependencies left out (EXCLUDED_DEPENDENCIES), for uv's --excludes
 
-    def excludes_file(self, folder: Path) -> Path:
-        """The excludes as the requirements file uv's --excludes reads, written into `folder`."""
+    def exclude_flags(self, folder: Path) -> list[str]:
+        """uv's `--excludes FILE` for the dependencies left out, the file written into `folder`; none without any."""
+        if not self.excludes:
+            return []
         path = folder / "excludes.txt"
         path.write_text("".join(f"{name}\n" for name in self.excludes))
-        return path
+        return ["--excludes", str(path)]
 
     @property
     def requirements(self) -> list[str]:

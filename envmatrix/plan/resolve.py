@@ -185,9 +185,8 @@ def resolve_env(env: Environment, sources: Sources, *, uv: str, cache: Path | No
             pass  # a damaged entry is re-resolved and rewritten
     try:
         with tempfile.TemporaryDirectory() as folder:
-            leave_out = ["--excludes", str(wanted.excludes_file(Path(folder)))] if wanted.excludes else []
-            stdin = "\n".join(reqs) + "\n"
-            done = subprocess.run([*cmd, *leave_out], input=stdin, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, env={**os.environ, **build_env})
+            full, stdin = [*cmd, *wanted.exclude_flags(Path(folder))], "\n".join(reqs) + "\n"
+            done = subprocess.run(full, input=stdin, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, env={**os.environ, **build_env})
     except subprocess.TimeoutExpired:
         raise IndexUnreachable(" ".join(flags) or "the default index", f"uv pip compile took over {COMPILE_TIMEOUT_S} s") from None
     except OSError as exc:
