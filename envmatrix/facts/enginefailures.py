@@ -122,7 +122,9 @@ class Layer:
 
 # fmt: off
 LAYERS: tuple[Layer, ...] = (
-    Layer("DeepSpeed", ("deepspeed",), ("DeepSpeed", "deepspeed", "ZeRO", "zero_optimization"),
+    Layer("DeepSpeed", ("deepspeed",),
+          ("DeepSpeed", "deepspeed", "ZeRO", "zero_optimization", "ZeroParamStatus", "ds_status", "ds_summary", "ds_numel", "ds_tensor",
+           "micro_batch_per_gpu", "train_micro_batch_size_per_gpu", "Micro batch size per gpu", "gradient_accumulation_steps"),
           "DeepSpeed raised it: check the DeepSpeed config against the trainer (batch sizes, stage, offload), and match deepspeed to "
           "the torch and transformers releases it supports (DeepSpeed's own changelog names them); rerun without ZeRO to tell the "
           "engine from the model"),

@@ -83,7 +83,10 @@ def _log(outcome: Outcome) -> Rule:
 
     def rule(f: RunFacts) -> str | None:
         hit = f.scan.first(outcome)
-        return hit.quote() if hit else evidence.structural(f.scan, outcome)
+        if hit is None:
+            return evidence.structural(f.scan, outcome)
+        code = next((c for c, at in f.scan.codes if at.line_no == hit.line_no and c.outcome == outcome), None)
+        return hit.quote() + (f" ({code.describe()})" if code else "")
 
     return rule
 

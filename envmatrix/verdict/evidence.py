@@ -30,8 +30,13 @@ _RANGES = (
         re.I,
     ),
     re.compile(
-        r"supports?\s+(?P<pkg>[\w.-]+)\s+versions?\s+(?:from\s+)?(?P<lo>v?\d[\w.]*)\s+(?:to|through|-)\s+(?P<hi>v?\d[\w.]*)"
+        r"(?:(?P<who>[\w.-]+)\s+(?:currently\s+)?(?:only\s+)?)?supports?\s+(?P<pkg>[\w.-]+)\s+versions?\s+(?:from\s+)?(?P<lo>v?\d[\w.]*)\s+(?:to|through|-)\s+(?P<hi>v?\d[\w.]*)"
         r".{0,120}?(?:you have|found|installed)\s+(?:version\s+)?(?P<found>v?\d[\w.+]*)",
+        re.I,
+    ),
+    re.compile(
+        r"(?:(?P<who>[\w.-]+)\s+(?:currently\s+)?(?:only\s+)?)?supports?\s+(?P<pkg>[\w.-]+)\s+versions?:?\s+(?P<list>v?\d[\w.]*(?:,\s*v?\d[\w.]*)+)"
+        r".{0,80}?(?:you have|found|installed)\s+(?:version\s+)?(?P<found>v?\d[\w.+]*)",
         re.I,
     ),
     re.compile(
@@ -62,8 +67,13 @@ def read_range(text: str) -> Range | None:
     for pattern in _RANGES:
         if m := pattern.search(text):
             groups = m.groupdict()
-            needed = groups.get("spec") or f"{groups['lo']} to {groups['hi']}"
-            return Range(groups["pkg"], needed.replace(" ", ""), groups["found"], groups.get("who") or "", text.strip()[:400])
+            if groups.get("spec"):
+                needed = groups["spec"].replace(" ", "")
+            elif groups.get("lo"):
+                needed = f"{groups['lo']} to {groups['hi']}"
+            else:
+                needed = "one of " + groups["list"].rstrip(".")
+            return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])
     return None
 
 

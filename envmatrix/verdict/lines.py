@@ -38,6 +38,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
         r"[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d\s+[\w.-]+\s+[\w.@-]+\[\d+\]:",  # syslog: `Oct 04 13:19:39 host unit[394]:`
         r"(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)(?::[\w.]+:|\s*[:|]|\s+-(?=\s)|(?=\s))",  # levels
         r"[-|]\s+(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[-|](?=\s)",
+        r"[\w.:-]{1,80}\s+[-|]\s+(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[-|](?=\s)",  # logging's `name - LEVEL - `
         r"[\w-]{1,80}\.(?:py|cc|cpp|cu|c|h|rs|go):\d+\]?:?(?=\s)",  # logging.cc:484:
         r"[\w.:-]{1,80}:\d+\s+-(?=\s)",  # loguru's `module:function:12 - `
         r"\d{1,5}:(?=\s)",  # torchrun --tee / srun --label

@@ -99,6 +99,8 @@ SIGNATURES: dict[str, str] = {
     "oom:enum": r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|CUBLAS_STATUS_ALLOC_FAILED",
     "oom:xla": r"RESOURCE_EXHAUSTED|ResourceExhaustedError|OOM when allocating tensor",
     "oom:cpu": r"DefaultCPUAllocator: can't allocate memory",
+    # the host's allocator, printed outside any exception: Rust's alloc error (tokenizers), C++'s, errno 12
+    "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
     "grad_lost:element0": r"element\s+0\s+of\s+(?:tensors|variables)\s+does\s+not\s+require\s+grad",  # 'variables': torch < 1.0
@@ -128,7 +130,7 @@ SIGNATURES: dict[str, str] = {
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
     "error:traceback": r"Traceback \(most recent call last\)",
     # not an outcome: a package's statement of the range it needs (evidence for an API mismatch, read by evidence.py)
-    "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\s+from|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"
+    "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"
     r"|,\s+but\s+you\s+have\s+[\w.-]+\s+v?\d|you\s+have\s+(?:version\s+)?v?\d+\.\d+[\w.]*\s+installed)",
 }
 # Facts a remedy names (the cuBLAS version loaded, the sampling and group settings, the model and attention);
@@ -162,7 +164,7 @@ _GEN: dict[str, bytes] = {
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
     rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
-    rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?(?m:[ \t\r]*$)|:?\x1b)"
+    rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
     rb"|\.py:\d+ in \w+|\.py: *" + "│".encode()
 )
 # a metrics table's header (a notebook's Trainer output, markdown or columns): `Step | Training Loss | reward_std | …`
@@ -277,6 +279,8 @@ def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
     # structure first: where a traceback starts, it is read before any signature on the same text (which is then searched
     # again with the structure left out, so nothing is missed)
     parts: list[tuple[str, bytes]] = [("struct", _STRUCT)] if "struct" in names else []
+    if "code" in names:
+        parts.append(("code", errorcodes.TRIGGER.encode()))
     parts += [(n, p.encode()) for n, p in SIGNATURES.items() if n in names]
     parts += [("fact:" + n, p.replace("VALUE", "v__" + n).encode()) for n, p in FACTS.items() if "fact:" + n in names]
     if "nonfinite" in names:
@@ -285,8 +289,6 @@ def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
         parts += [("gen:" + k, v) for k, v in _GEN.items()]
     if "table" in names:
         parts.append(("table", _TABLE))
-    if "code" in names:
-        parts.append(("code", errorcodes.TRIGGER.encode()))
     if not parts and not metrics:
         return None
     body = [b"(?P<%s>%s)" % (_group(n), p) for n, p in parts] + ([_METRIC] if metrics else [])
@@ -352,7 +354,7 @@ class _Scanner:
             return Hit(line_no(start), _line_at(buf, start, end))
 
         scan, pos = self.scan, 0
-        done_to = {"gen": 0, "struct": 0}  # text already judged for generated text / read as structure
+        done_to = {"gen": 0, "struct": 0, "code": 0}  # text already judged for generated text / read as structure / for codes
         while True:
             skip = {k for k, to in done_to.items() if pos < to and k in self.todo}
             alt = _alternation(tuple(sorted(self.todo - skip)), self.metrics_left > 0)
@@ -378,7 +380,7 @@ class _Scanner:
                 end, read_to = self.region(buf, start, line_no(start))
                 self.struct_left -= read_to - start
                 done_to["struct"] = max(end, pos)
-                pos = start  # the same text again for everything else
+                pos = m.start()  # the same text again for everything else
                 if self.struct_left <= 0:
                     self.todo.discard("struct")
                     self.struct_until = base + end
@@ -391,6 +393,8 @@ class _Scanner:
                 self.code_left -= 1
                 if self.code_left <= 0:
                     self.todo.discard(name)
+                done_to["code"] = hi
+                pos = m.start()  # the rest of the line again for the signatures that start here
             elif name == "metric":
                 self.metrics_left -= 1  # a rejected one counts too: a log of `val_grad_norm` lines stays cheap
                 key_at = spans[alt.index[b"mkey"]]

@@ -64,7 +64,7 @@ def _engine_modules() -> str:
 
 def _engine_names() -> str:
     words = [w for layer in enginefailures.LAYERS for w in layer.words]
-    return r"\b(?:" + "|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True)) + r")\b"
+    return r"(?-i:\b(?:" + "|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True)) + r")\b)"  # names keep their case
 
 
 #: Words a rule may use as `{name}`: the failure's vocabulary in the words of many layers (written once here), and the
@@ -146,8 +146,9 @@ def _values(key: str, raised: Raised) -> list[str]:
             return [f.module for f in reversed(raised.frames) if f.package == raised.package][:1] or [""]
         case "error.caller":
             return [raised.caller]
-        case "error.code":
-            return [c.outcome for c in errorcodes.find(raised.value)] + [c.name for c in errorcodes.find(raised.value)]
+        case "error.code":  # the message's own line: a code on the lines after it may belong to another message
+            codes = errorcodes.find(raised.value.split("\n", 1)[0])
+            return [c.outcome for c in codes] + [c.name for c in codes]
         case "error.ignored":
             return ["yes" if raised.ignored else "no"]
         case "error.stack":

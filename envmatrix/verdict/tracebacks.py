@@ -40,6 +40,11 @@ _SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Failed", "Failure", "Fa
 _TRACEBACK = "Traceback (most recent call last)"
 _CAUSE = ("The above exception was the direct cause of the following exception", "During handling of the above exception, another exception occurred")
 _IGNORED = "Exception ignored in"
+#: An exception type glued to the end of another process's text (ranks printing into one console without line ends):
+#: `…param.ds_summary()AssertionError`, `…cuda()RuntimeError: message`.
+_GLUED = re.compile(r"(?<=[^\w.\s])(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{0,80}(?:Error|Exception))(?::\s?(?P<value>.*))?$")
+#: A frame's source line that raises: what a traceback cut before its exception line was about to print.
+_RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.*)$")
 _PROGRESS = re.compile(r"^\d{1,3}%\||\d(?:it/s|s/it)[\],]")
 _FATAL = re.compile(r"Fatal Python error: (?P<value>.{1,400})")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python\d\.\d+[/\\](?!site-packages|dist-packages)|^<frozen |^<string>$")
@@ -172,6 +177,7 @@ class _Stream:
     last: Raised | None = None
     value_lines: int = 0
     frame_line: int = 0  # the log line of the last frame read
+    source: str = ""  # the source line printed under the last frame
 
 
 class Reader:
@@ -227,7 +233,10 @@ class Reader:
             self._raise(st, m, text, line_no, logical.stream)
             return True
         if st.after_frame:
-            st.after_frame = False  # the source line printed under a frame
+            st.after_frame, st.source = False, text  # the source line printed under a frame
+            return True
+        if (glued := _GLUED.search(text)) and not st.after_frame:
+            self._raise(st, glued, glued.group(0), line_no, logical.stream)
             return True
         if text.startswith(("^", "~")) or set(text) <= set("^~ "):
             return True  # the carets under a source line
@@ -257,12 +266,12 @@ class Reader:
         cause = st.last if st.cause_next else None
         raised = Raised(
             m.group("type"),
-            (m.group("value") or (m.group("repr") or "")[1:-1]).strip()[:MAX_VALUE],
+            (m.group("value") or (m.groupdict().get("repr") or "")[1:-1]).strip()[:MAX_VALUE],
             tuple(st.frames),
             line_no,
             text[:400],
             stream,
-            m.group("inner") or "",
+            m.groupdict().get("inner") or "",
             ignored=st.ignored_next,
             cause=cause,
         )
@@ -291,9 +300,14 @@ class Reader:
         """The exceptions read, in the order printed (the first and the last MAX_EXCEPTIONS // 2 when there were more).
         A traceback cut before its exception line (an excerpt, a killed process) still says where it was: it is kept as an
         exception of unknown type (`truncated`)."""
-        cut = [
-            Raised("", "", tuple(st.frames), st.frame_line, "(a traceback cut before its exception line)", name, truncated=True)
-            for name, st in self.streams.items()
-            if st.in_traceback and st.frames and st.fatal is None
-        ]
+        cut = [self._cut(name, st) for name, st in self.streams.items() if st.in_traceback and st.frames and st.fatal is None]
         return (*self.head, *self.tail, *cut)
+
+    @staticmethod
+    def _cut(name: str, st: _Stream) -> Raised:
+        """A traceback whose exception line is missing; a `raise X("…")` under its last frame says what it raised."""
+        raised = _RAISE.match(st.source)
+        if raised is None:
+            return Raised("", "", tuple(st.frames), st.frame_line, "(a traceback cut before its exception line)", name, truncated=True)
+        value = raised.group("value").rstrip(")").strip().strip("\"'f")
+        return Raised(raised.group("type"), value, tuple(st.frames), st.frame_line, st.source, name, truncated=True)
