@@ -210,7 +210,9 @@ def _sampling(f: RunFacts) -> str:
 
 
 def _timeout(f: RunFacts) -> str | None:
-    return "the run exceeded its wall-clock timeout and was killed" if f.timed_out else None
+    if f.timed_out:
+        return "the run exceeded its wall-clock timeout and was killed"
+    return _log(Outcome.TIMEOUT)(f)
 
 
 def _crash(f: RunFacts) -> str | None:
@@ -223,13 +225,13 @@ def _crash(f: RunFacts) -> str | None:
     if num is not None and num not in (signal.SIGINT, signal.SIGTERM, signal.SIGFPE) and not (num == signal.SIGABRT and nccl) and not killed_for_time:
         return f"process killed by {_signal_name(num)} (exit status {f.exit_code})" + (f"; {device}" if device else "")
     variant = f.scan.first_variant(Outcome.CRASH)
-    if variant is not None and not (nccl and variant in ("exitcode", "elastic") and _aborted(f.scan.hits[f"crash:{variant}"].line)):
+    if variant is not None and not (nccl and variant in ("exitcode", "elastic", "core") and _aborted(f.scan.hits[f"crash:{variant}"].line)):
         return f.scan.hits[f"crash:{variant}"].quote()
     return device
 
 
 def _aborted(line: str) -> bool:
-    return "-6" in line or "SIGABRT" in line or "Signal 6" in line
+    return "-6" in line or "SIGABRT" in line or "Signal 6" in line or "Aborted" in line
 
 
 def _error(f: RunFacts) -> str | None:

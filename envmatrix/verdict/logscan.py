@@ -83,7 +83,6 @@ SIGNATURES: dict[str, str] = {
     "missing_module:cannot_import": r"cannot import name '?[A-Za-z_]\w*'? from '?[A-Za-z_][\w.]*'?",
     "driver_too_old:old": r"NVIDIA driver on your system is too old",
     "driver_too_old:insufficient": r"(?i:CUDA driver version is insufficient)",
-    "driver_too_old:enum": r"cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
     "unsupported_gpu:fa2": r"FlashAttention only supports (?:Ampere|Turing) GPUs or newer",
     "unsupported_gpu:head_dim": r"FlashAttention\s+(?:backward|forward)?\s*for\s+head\s*dim\s*\S+\s+(?:\d+\s+)?requires",
     "unsupported_gpu:datacenter": r"requires\s+(?:an?\s+)?A100(?:/A800)?\s+or\s+H100",
@@ -91,16 +90,16 @@ SIGNATURES: dict[str, str] = {
     "unsupported_gpu:kernel": r"no kernel image is available for execution on the device",
     "unsupported_gpu:sm": r"is not compatible with the current PyTorch installation",
     "unsupported_gpu:too_old": r"PyTorch no longer supports this GPU because it is too old",
-    "unsupported_gpu:enum": r"cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU",
     "oom:cuda": r"CUDA out of memory",
     "oom:error": r"OutOfMemoryError",
     "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
-    "oom:runtime": r"(?i:cuda(?: runtime)? error(?: \(2\))?\s*:\s*out of memory)",
-    "oom:enum": r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|CUBLAS_STATUS_ALLOC_FAILED",
+    "oom:hip_enum": r"hipErrorOutOfMemory",  # CUDA's, cuBLAS's and cuDNN's codes are facts/errorcodes.py's
     "oom:xla": r"RESOURCE_EXHAUSTED|ResourceExhaustedError|OOM when allocating tensor",
     "oom:cpu": r"DefaultCPUAllocator: can't allocate memory",
     # the host's allocator, printed outside any exception: Rust's alloc error (tokenizers), C++'s, errno 12
     "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
+    # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
+    "oom:killer": r"oom-kill event|Out of memory: Kill(?:ed)? process|invoked oom-killer|OOMKilled|running low on memory",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
     "grad_lost:element0": r"element\s+0\s+of\s+(?:tensors|variables)\s+does\s+not\s+require\s+grad",  # 'variables': torch < 1.0
@@ -109,22 +108,23 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
     "nan_loss:phrase": r"(?i:\bloss\s+(?:is|became|becomes|was|went)\s+(?:nan|inf)\b)",
+    "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
+    # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
+    "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore)",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
     "nccl_error:watchdog": r"Watchdog caught collective operation timeout",
     "nccl_error:error": r"NCCL error in:",
-    "nccl_error:unhandled": r"ncclUnhandledCudaError",
-    "nccl_error:system": r"ncclSystemError",
-    "nccl_error:internal": r"ncclInternalError",
     "nccl_error:aborted": r"NCCL communicator was aborted",
     "nccl_error:stuck": r"ProcessGroupNCCL's watchdog got stuck",
     "nccl_error:failed": r"Some NCCL operations have failed or timed out",
-    "nccl_error:numbered": r"NCCL Error \d+:",
-    "nccl_error:remote": r"ncclRemoteError",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     "crash:segv": r"Segmentation fault",
     "crash:bus": r"Bus error",
     "crash:killed": r"(?m)(?:^|\d[ \t]+)Killed(?:[ \t]|$)",
+    "crash:core": r"(?:Aborted|Illegal instruction) \(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT) received",
+    # a wall-clock limit the scheduler enforced
+    "timeout:scheduler": r"DUE TO TIME LIMIT|Job step aborted: Waiting up to \d+ seconds for job step to finish|DeadlineExceeded",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
@@ -163,6 +163,7 @@ _GEN: dict[str, bytes] = {
 #: end, a rich frame (`config.py:891 in _batch_assertion`). What it finds is read by tracebacks.py, a region at a time.
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
+    rb"|terminate called after throwing an instance of"
     rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
     rb"|\.py:\d+ in \w+|\.py: *" + "│".encode()

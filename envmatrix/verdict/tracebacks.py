@@ -46,6 +46,10 @@ _GLUED = re.compile(r"(?<=[^\w.\s])(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{
 #: A frame's source line that raises: what a traceback cut before its exception line was about to print.
 _RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.*)$")
 _PROGRESS = re.compile(r"^\d{1,3}%\||\d(?:it/s|s/it)[\],]")
+#: A C++ exception that ended the process (`terminate called after throwing an instance of 'c10::DistBackendError'`), its
+#: message on the `what():` line after.
+_CXX = re.compile(r"terminate called after throwing an instance of '(?P<type>[\w:<>]{1,200})'")
+_WHAT = re.compile(r"^what\(\):\s*")
 _FATAL = re.compile(r"Fatal Python error: (?P<value>.{1,400})")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python\d\.\d+[/\\](?!site-packages|dist-packages)|^<frozen |^<string>$")
 
@@ -209,6 +213,11 @@ class Reader:
         if text.startswith(_IGNORED):
             st.value_lines, st.ignored_next = 0, True
             return True
+        if cxx := _CXX.search(text):
+            st.value_lines = 0
+            self._emit(st, Raised(cxx.group("type").replace("::", "."), "", (), line_no, text, logical.stream))
+            st.value_lines = 1
+            return True
         if m := _FATAL.match(text):
             st.value_lines = 0
             st.fatal, st.frames, st.in_traceback = m.group("value").strip(), [], True
@@ -243,7 +252,8 @@ class Reader:
         if st.last is not None and 0 < st.value_lines < MAX_VALUE_LINES:
             st.value_lines += 1
             last = st.last
-            st.last = replace(last, value=(last.value + "\n" + text)[:MAX_VALUE])
+            text = _WHAT.sub("", text)
+            st.last = replace(last, value=(last.value + "\n" + text if last.value else text)[:MAX_VALUE])
             self._replace(last, st.last)
             return True
         return False

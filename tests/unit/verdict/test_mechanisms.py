@@ -198,3 +198,26 @@ def test_facts_show_why() -> None:
     assert (e["type"], e["raising_package"], e["caller_package"], e["class"]) == ("AttributeError", "vllm", "trl", "api_mismatch")
     assert e["raising_frame"] == "vllm.model_executor.layers.linear.b" and e["rule"] == "api_mismatch:attribute"
     assert [c["name"] for c in shown["codes"]] == ["ncclInternalError"]
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ("terminate called after throwing an instance of 'c10::OutOfMemoryError'\n  what():  CUDA out of memory on device 2\n", "oom"),
+        ("terminate called after throwing an instance of 'c10::DistBackendError'\n  what():  [PG 0 Rank 3] Process group watchdog gave up\n", "nccl_error"),
+        ("slurmstepd: error: *** JOB 4242 ON gpu-07 CANCELLED AT 2026-01-02T03:04:05 DUE TO TIME LIMIT ***\n", "timeout"),
+        ("[Tue Jan  2 03:04:05 2026] Out of memory: Killed process 4242 (python) total-vm:812341234kB\n", "oom"),
+        ("RuntimeError: Function 'MulBackward0' returned nan values in its 0th output.\n", "nan_loss"),
+        ("[deepspeed] OVERFLOW! Rank 0 Skipping step. Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.\n", "nan_loss"),
+        (tb(USER, (f"{SP}/transformers/models/auto/configuration_auto.py", 1000, "__getitem__"), exc="KeyError: 'qwen9_moe'"), "unknown_model"),
+        ("ValueError: loss has inf values after step 12; aborting\n", "nan_loss"),
+        ("train.sh: line 9: 4242 Aborted (core dumped) python train.py\n", "crash"),
+    ],
+)
+def test_more_layers_words(log: str, expected: str) -> None:
+    assert verdict(log).outcome == expected, verdict(log)
+
+
+def test_the_watchdogs_abort_after_an_nccl_failure_is_not_the_cause() -> None:
+    log = "[rank1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9)\ntrain.sh: line 9: 4242 Aborted (core dumped) python train.py\n"
+    assert verdict(log).outcome == "nccl_error"
