@@ -45,8 +45,11 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
         r"[\w.-]{1,80}/\d{1,5}(?=\s+\[)",  # `B-nemo-ft3/0 [default1]:`
         r"[\w.-]{1,80}\s{1,8}\|(?=\s)",  # docker compose: `gemma-vllm-server  | `
         r">+(?=\s)",  # a quoted reply
+        r"[\w.-]{1,80}:\d+:\d+\s+\[\d+\]",  # NCCL's own logger: `host:pid:tid [cudaDev] NCCL INFO …`
     )
 )
+#: A prefix that a logger wrote (a time, a level, glog's or NCCL's header): a line that has one is a log record of its own.
+_LOGGED = re.compile(r"\d\d:\d\d:\d\d|\b(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)\b|^[IWEF]\d{4}\b|^[\w.-]+:\d+:\d+\s")
 #: The prefixes as one pattern: one match a strip, not one per form.
 _PREFIX = re.compile("|".join(f"(?:{p.pattern})" for p in _PREFIXES))
 
@@ -54,26 +57,29 @@ _PREFIX = re.compile("|".join(f"(?:{p.pattern})" for p in _PREFIXES))
 @dataclass(frozen=True)
 class Logical:
     """A line without its prefixes (and without the indentation it had after them), how far it was indented there,
-    and the stream (rank or process) it belongs to; '' when it names none."""
+    the stream (rank or process) it belongs to ('' when it names none), and whether a logger wrote it."""
 
     text: str
     stream: str = ""
     indent: int = 0
+    logged: bool = False  # a logger's prefix (time, level) was removed: the line is a log record, not a message's next line
 
 
 def clean(raw: str) -> Logical:
     """Strip the prefixes of one printed line (see the module docstring)."""
     text = _ANSI.sub("", raw[:MAX_CHARS]).rstrip().rstrip("│┃║").rstrip()
     stream: list[str] = []
+    logged = False
     for _ in range(MAX_STRIPS):
         stripped = text.lstrip()
         m = _PREFIX.match(stripped)
         if m is None or m.end() == 0:
             break
         stream += _IDENTITY.findall(m.group(0).strip(" :[]()|"))
+        logged = logged or _LOGGED.search(m.group(0)) is not None
         text = stripped[m.end() :]
     body = text.lstrip()
-    return Logical(body, "/".join(stream), len(text) - len(body))
+    return Logical(body, "/".join(stream), len(text) - len(body), logged)
 
 
 def unflatten(raw: str) -> list[str]:

@@ -42,7 +42,7 @@ _CAUSE = ("The above exception was the direct cause of the following exception",
 _IGNORED = "Exception ignored in"
 #: An exception type glued to the end of another process's text (ranks printing into one console without line ends):
 #: `…param.ds_summary()AssertionError`, `…cuda()RuntimeError: message`.
-_GLUED = re.compile(r"(?<=[^\w.\s])(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{0,80}(?:Error|Exception))(?::\s?(?P<value>.*))?$")
+_GLUED = re.compile(r"(?<=[)\]'\"])(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{0,80}(?:Error|Exception))(?::\s?(?P<value>.*))?$")
 #: A frame's source line that raises: what a traceback cut before its exception line was about to print.
 _RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.*)$")
 _PROGRESS = re.compile(r"^\d{1,3}%\||\d(?:it/s|s/it)[\],]")
@@ -182,6 +182,7 @@ class _Stream:
     value_lines: int = 0
     frame_line: int = 0  # the log line of the last frame read
     source: str = ""  # the source line printed under the last frame
+    logged: bool = False  # whether the last exception line came through a logger (its message's lines do too)
 
 
 class Reader:
@@ -214,9 +215,8 @@ class Reader:
             st.value_lines, st.ignored_next = 0, True
             return True
         if cxx := _CXX.search(text):
-            st.value_lines = 0
             self._emit(st, Raised(cxx.group("type").replace("::", "."), "", (), line_no, text, logical.stream))
-            st.value_lines = 1
+            st.value_lines, st.logged = 1, logical.logged
             return True
         if m := _FATAL.match(text):
             st.value_lines = 0
@@ -239,17 +239,17 @@ class Reader:
             return True
         m = _RAISED.fullmatch(text)
         if m and _is_exception(m.group("type"), m.group("inner"), st.in_traceback and bool(st.frames)):
-            self._raise(st, m, text, line_no, logical.stream)
+            self._raise(st, m, text, line_no, logical.stream, logical.logged)
             return True
         if st.after_frame:
             st.after_frame, st.source = False, text  # the source line printed under a frame
             return True
-        if (glued := _GLUED.search(text)) and not st.after_frame:
-            self._raise(st, glued, glued.group(0), line_no, logical.stream)
+        if glued := _GLUED.search(text):
+            self._raise(st, glued, glued.group(0), line_no, logical.stream, logical.logged)
             return True
         if text.startswith(("^", "~")) or set(text) <= set("^~ "):
             return True  # the carets under a source line
-        if st.last is not None and 0 < st.value_lines < MAX_VALUE_LINES:
+        if st.last is not None and 0 < st.value_lines < MAX_VALUE_LINES and logical.logged == st.logged:
             st.value_lines += 1
             last = st.last
             text = _WHAT.sub("", text)
@@ -272,7 +272,7 @@ class Reader:
                 st.frames.append(frame)
         st.after_frame = st.fatal is None
 
-    def _raise(self, st: _Stream, m: re.Match[str], text: str, line_no: int, stream: str) -> None:
+    def _raise(self, st: _Stream, m: re.Match[str], text: str, line_no: int, stream: str, logged: bool) -> None:
         cause = st.last if st.cause_next else None
         raised = Raised(
             m.group("type"),
@@ -287,7 +287,7 @@ class Reader:
         )
         st.frames, st.in_traceback, st.after_frame, st.cause_next, st.ignored_next = [], False, False, False, False
         self._emit(st, raised)
-        st.value_lines = 1
+        st.value_lines, st.logged = 1, logged
 
     def _emit(self, st: _Stream, raised: Raised) -> None:
         st.last = raised

@@ -221,3 +221,13 @@ def test_more_layers_words(log: str, expected: str) -> None:
 def test_the_watchdogs_abort_after_an_nccl_failure_is_not_the_cause() -> None:
     log = "[rank1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9)\ntrain.sh: line 9: 4242 Aborted (core dumped) python train.py\n"
     assert verdict(log).outcome == "nccl_error"
+
+
+def test_log_records_after_an_exception_are_not_its_message() -> None:
+    log = (
+        "ValueError: the reward function returned 3 scores for 4 completions\n"
+        "gpu-07:4242:4300 [0] NCCL INFO comm 0x5 rank 0 nranks 8 - Destroy COMPLETE\n"
+        "2026-01-02 03:04:05 WARNING NCCL watchdog shutting down\n"
+    )
+    v = verdict(log)
+    assert v.outcome == "error" and "reward function" in v.evidence
