@@ -70,7 +70,7 @@ def read_range(text: str) -> Range | None:
             if groups.get("spec"):
                 needed = groups["spec"].replace(" ", "")
             elif groups.get("lo"):
-                needed = f"{groups['lo']} to {groups['hi']}"
+                needed = f"{groups['lo'].rstrip('.')} to {groups['hi'].rstrip('.')}"
             else:
                 needed = "one of " + groups["list"].rstrip(".")
             return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])
