@@ -69,7 +69,7 @@ class Hostile(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
-        for k, v in (headers or {"Content-Length": str(len(body))}).items():
+        for k, v in (headers if headers is not None else {"Content-Length": str(len(body))}).items():
             self.send_header(k, v)
         self.end_headers()
         if body:

@@ -42,7 +42,7 @@ def handle(args: argparse.Namespace) -> int:
         raise InputError("--scenario names the workload for --best GPU; with an environment id, the lock says what it is vetted for")
     merged = gather(options.results_folders(args.results), load_trusted(args.trust), warn)
     if merged.problems:
-        raise InputError(f"{len(merged.problems)} problem(s) reading the sites (each named above); a lock stands only on sources read whole")
+        raise InputError(merged.trouble("a lock stands only on sources read whole; nothing was written"))
     folder = write_lock(
         merged.records,
         Path(args.out),

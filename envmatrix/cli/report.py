@@ -55,6 +55,5 @@ def handle(args: argparse.Namespace) -> int:
     print(provenance_line(merged))
     print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name}, {outputs['vetted'].name})")
     if merged.problems:
-        held = len(records) + len(merged.apart)
-        raise InputError(f"{len(merged.problems)} problem(s) reading the sites (each named above); the report holds the {held} records that could be read")
+        raise InputError(merged.trouble(f"the report holds the {len(records) + len(merged.apart)} records that could be read"))
     return 0

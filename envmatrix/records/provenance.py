@@ -83,6 +83,11 @@ class Merged:
         """Records not verified against a trusted signer, when trust was asked for: shown, never vetted."""
         return self._latest(r for r in self.rows if not self._counts(r))
 
+    def trouble(self, held: str) -> str:
+        """The problems as one message for the end of a command: how many, each on its own line, and what was kept."""
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        return f"{len(self.problems)} problem(s) reading the sites; {held}:\n{lines}"
+
     @property
     def records(self) -> list[Record]:
         return [r.record for r in self.counted]

@@ -125,8 +125,10 @@ class HttpSite:
         timeout = urllib3.Timeout(connect=min(self.limits.connect_s, left), read=min(self.limits.stall_s, left))
         try:
             return self.pool.request("GET", url, preload_content=False, decode_content=False, timeout=timeout, redirect=False)
+        except urllib3.exceptions.NewConnectionError as exc:  # before TimeoutError: urllib3 makes it a subclass of one
+            raise SiteExhausted(f"{url}: cannot be reached ({_reason(exc)}); check the URL, or that the site is up") from None
         except urllib3.exceptions.TimeoutError:
-            raise SiteExhausted(f"{url}: no answer within {min(self.limits.stall_s, left):.0f} s; the site is left out from here on") from None
+            raise SiteExhausted(f"{url}: no answer within {min(self.limits.stall_s, left):.3g} s; the site is left out from here on") from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise SiteExhausted(f"{url}: cannot be reached ({_reason(exc)}); check the URL, or that the site is up") from None
 
@@ -134,8 +136,8 @@ class HttpSite:
         left = deadline - time.monotonic()
         if left <= 0:
             if deadline >= self.deadline:
-                raise SiteExhausted(f"{self.source}: still reading after {self.limits.site_s:.0f} s; the rest of this site is left out")
-            raise SiteError(f"{url}: still arriving after {self.limits.file_s:.0f} s (a slow drip?); left out")
+                raise SiteExhausted(f"{self.source}: still reading after {self.limits.site_s:g} s; the rest of this site is left out")
+            raise SiteError(f"{url}: still arriving after {self.limits.file_s:g} s (a slow drip?); left out")
         return left
 
     def _body(self, response: urllib3.BaseHTTPResponse, url: str, cap: int, kind: str, deadline: float) -> bytes:
@@ -152,7 +154,7 @@ class HttpSite:
                 try:
                     chunk = response.read1(CHUNK)
                 except urllib3.exceptions.TimeoutError:
-                    raise SiteError(f"{url}: no byte for {self.limits.stall_s:.0f} s; left out") from None
+                    raise SiteError(f"{url}: no byte for {self.limits.stall_s:g} s; left out") from None
                 except (urllib3.exceptions.HTTPError, OSError) as exc:
                     raise SiteError(f"{url}: the connection broke ({_reason(exc)}); left out") from None
                 if not chunk:

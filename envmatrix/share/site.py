@@ -97,7 +97,6 @@ class _Reader:
 
     def problem(self, message: str) -> None:
         self.problems.append(message)
-        self.warn(message)
 
     def key(self, index: Index) -> None:
         if index.key is None:
@@ -176,7 +175,8 @@ def _json(raw: bytes, where: str) -> Any:
 
 def read_site(site: Site, trusted: list[PublicKey], limits: Limits, warn: Warn) -> tuple[list[Sourced], list[str]]:
     """Every record of a site that could be read within its bounds, each with its provenance, and the
-    problems met (each also told to `warn`). A site that runs out of budget keeps what was read before."""
+    problems met (what broke a bound, or could not be read: the caller names them all at the end). A site
+    that runs out of budget keeps what was read before. `warn` hears of records that do not verify."""
     reader = _Reader(site, trusted, limits, warn)
     rows: list[Sourced] = []
     try:
