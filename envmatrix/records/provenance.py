@@ -22,7 +22,7 @@ class Provenance:
     source: str  # the results folder, or the site (folder or URL) it was read from
     verified: bool = False  # an attestation signed by a trusted key covers this record's exact bytes
     signer: str | None = None  # keyid of the key whose signature checked (trusted or not); None: unsigned
-    note: str = ""  # why it is not verified, in words: "not signed", "signer not trusted", "altered after signing"
+    note: str = ""  # why it is not verified: "not signed", "signer not trusted", "altered after signing", ...
     attestation_sha256: str | None = None  # digest of the DSSE envelope that covers the record
     attestation: str | None = None  # where that envelope is
 
@@ -38,10 +38,12 @@ class Provenance:
         }
 
     def text(self) -> str:
-        """One line for a table cell's title and the terminal."""
-        who = f"signer {self.signer[:16]}" if self.signer else "unsigned"
-        state = "verified" if self.verified else f"not verified ({self.note})" if self.note else "not verified"
-        return f"{state}; {who}; from {self.source}"
+        """One line for a table cell's title, its details and the apart list."""
+        if self.verified:
+            return f"verified: signed by {str(self.signer)[:16]}, a key you trust; from {self.source}"
+        if self.signer:
+            return f"signed by {self.signer[:16]}" + (f", not verified: {self.note}" if self.note else "") + f"; from {self.source}"
+        return f"{self.note or 'not signed'}; from {self.source}"
 
 
 @dataclass(frozen=True)
@@ -100,5 +102,5 @@ class Merged:
 def from_folders(folders: Iterable[Path], warn: Callable[[str], None] | None = None) -> Merged:
     """The records of plain results folders, unsigned and counted as folders always were (a bad file is
     skipped and `warn` told why; a later folder's record of a cell wins)."""
-    rows = (Sourced(rec, Provenance(str(folder), note="a results folder: not signed")) for folder in folders for rec in load_records(folder, warn=warn))
+    rows = (Sourced(rec, Provenance(str(folder), note="not signed")) for folder in folders for rec in load_records(folder, warn=warn))
     return Merged(tuple(rows))

@@ -161,8 +161,8 @@ def _write(site: Path, found: Found, key: Ed25519PrivateKey | None, site_url: st
     write_text_atomic(site / "test-result.json", json.dumps(result_predicate(records, site_url), indent=2))
     lock_envs = {env for env, files in locks.items() if files}
     signer = keyid(key.public_key()) if key else None
-    note = "signed here; readers verify against the keys they trust" if signer else "not signed"
-    provenance = {r.id: Provenance("this site", signer=signer, note=note) for r in records}
+    here = "this site (readers check its records against the keys they trust)"
+    provenance = {r.id: Provenance(here, signer=signer, note="" if signer else "not signed") for r in records}
     page = render_html(records, {env: f"locks/{env}" for env in sorted(lock_envs)}, provenance=provenance)
     write_text_atomic(site / "index.html", page)
     return entries, lock_envs

@@ -190,9 +190,11 @@ def test_an_index_pointing_outside_the_site_is_refused() -> None:
 def test_unsigned_folders_and_sites_merge_as_before_without_trust(tmp_path: Path) -> None:
     site = tmp_path / "site"
     publish([results(tmp_path, "A")], site, None, print)
-    merged, warnings = read([str(results(tmp_path, "B")), str(site)], [])
+    folder = results(tmp_path, "B")
+    merged, warnings = read([str(folder), str(site)], [])
     assert warnings == [] and len(merged.counted) == 6 and merged.apart == []
-    assert {r.provenance.note for r in merged.counted} == {"a results folder: not signed", "not signed"}
+    assert {r.provenance.note for r in merged.counted} == {"not signed"} and {r.provenance.source for r in merged.counted} == {str(folder), str(site)}
+    assert merged.counted[0].provenance.text() == f"not signed; from {folder}"
 
 
 def test_a_verified_record_wins_over_an_unverified_one_of_the_same_cell() -> None:
