@@ -139,6 +139,15 @@ def test_two_sites_over_http_every_record_verified(sites: tuple[Path, Path, Path
     assert {v.cell.transformers for v in vetted_environments(merged.records)} == {"4.57.6", "5.23.0"}
 
 
+def test_a_site_url_may_name_its_folder_with_or_without_slash_or_its_index(sites: tuple[Path, Path, Path, Path]) -> None:
+    site_a, _, pub_a, _ = sites
+    with serve_folder(site_a.parent) as url:
+        for given in (f"{url}siteA", f"{url}siteA/", f"{url}siteA/index.json"):
+            merged, warnings = read([given], trusted(pub_a))
+            assert warnings == [] and len(merged.counted) == 3 and all(r.provenance.verified for r in merged.counted), given
+            assert {r.provenance.source for r in merged.counted} == {f"{url}siteA/"}
+
+
 def test_a_record_altered_after_signing_is_named_and_not_verified(sites: tuple[Path, Path, Path, Path]) -> None:
     site_a, _, pub_a, _ = sites
     victim = next((site_a / "records").glob("*frozen-emb.json"))
