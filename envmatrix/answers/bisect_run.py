@@ -125,7 +125,7 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
     check_held(profile, req.held, req.axis)
     scenario = spec.scenarios[req.scenario]
     base = base_environment(spec, req, console)
-    index = available(req.axis, pre=req.pre)
+    index = available(req.axis, pre=req.pre, cuda=base["cuda"])
     for label, version in (("--good", req.good), ("--bad", req.bad)):
         if version not in index:
             raise InputError(f"{label} {version}: not a {req.axis} release on the index pip uses (newest: {', '.join(index[:5])})")
@@ -155,11 +155,15 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
 
 
 def print_bisect(console: Console, req: BisectRequest, run: BisectRun) -> None:
-    """The conclusion, both sides' evidence, and what it cost."""
+    """The conclusion in the user's words (where it stops working, and how the failure changes after), each
+    side's evidence, and what it cost."""
     res = run.result
     style = "bold green" if res.status == "found" else "bold red"
     console.print(f"[{style}]{res.status}[/]: {escape(res.message)}")
-    for label, release in (("before", res.before), ("first", res.first)):
+    if res.status == "found" and res.first and res.before:
+        held = ", ".join(f"{k} {v}" for k, v in sorted(req.held.items()))
+        console.print(f"  {escape(held + ' ' if held else '')}{res.good} on {req.axis} {res.before}; {res.tried[res.first]} from {req.axis} {res.first}")
+    for label, release in (("before", res.before), *((f"from {r}", r) for r, _ in res.kinds or ([(res.first, "")] if res.first else []))):
         record = run.records.get(release) if release else None
         if record is not None:
             console.print(f"  {label}: {record.id}: {record.klass}")
