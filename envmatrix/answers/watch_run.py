@@ -1,0 +1,219 @@
+"""`envmatrix watch` with real runs: the index's releases beyond the baseline, the cells that try them through the
+one Runner (records in the results folder like any run's), the bisection of what changed, the upgrade order.
+
+A cell already recorded with the same inputs is never run again, whatever its outcome (a build that failed
+stays failed until the index changes what resolves): an unchanged second watch runs nothing and gives the
+same answer, the index listings aside. Only the newest release of each axis and the bisection points are
+tried; the summary says so.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import Version
+from rich.console import Console
+from rich.markup import escape
+
+from ..backends.registry import BackendOptions, make_backend
+from ..errors import BackendError, InputError
+from ..facts.releases import PACKAGES, list_releases, torch_sources
+from ..plan.cells import Environment
+from ..plan.eligibility import environment_reasons, judge
+from ..records.record import Record, RecordError, inputs_hash, read_record
+from ..run.runner import Paths, Runner
+from ..spec.matrix import AXES, Profile, Spec
+from .bisect import bisect
+from .watch import RELEASE_AXES, AxisWatch, Order, Regression, Watch, affects, changed, healthy, order_text, untestable, with_axis
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    """What to watch: a profile's baseline on one GPU type, run by one backend into one reports folder."""
+
+    profile: str
+    gpu: str
+    backend: str
+    reports: Path
+    venvs: Path
+    base: Path
+    timeout: float = 600.0
+    gpu_ids: tuple[int, ...] = ()
+
+
+class Cells:
+    """Runs cells through the Runner, reusing any record with the same inputs (whatever its outcome)."""
+
+    def __init__(self, spec: Spec, profile: Profile, runner: Runner, gpu_count: int) -> None:
+        self.spec = spec
+        self.profile = profile
+        self.runner = runner
+        self.gpu_count = gpu_count
+        self.ran = 0
+        self.cached = 0
+
+    def recorded(self, cell_id: str, inputs: str) -> Record | None:
+        try:
+            record = read_record(self.runner.record_path(cell_id))
+        except RecordError:
+            return None
+        return record if record.inputs == inputs else None
+
+    def run(self, env: Environment, scenarios: list[str]) -> dict[str, Record]:
+        """The record of each scenario in `env`: recorded ones as they are, the rest run now."""
+        cells = [judge(self.profile, env, self.spec.scenarios[s], gpu_count=self.gpu_count or None) for s in scenarios]
+        out: dict[str, Record] = {}
+        todo = []
+        for cell in cells:
+            found = self.recorded(cell.id, inputs_hash(cell, self.runner.probe_source, self.runner.backend.name))
+            if found is not None:
+                out[cell.scenario.name] = found
+                self.cached += 1
+            else:
+                todo.append(cell)
+        if todo:
+            report = self.runner.run(todo)
+            self.ran += report.ran
+            self.cached += report.cached
+            for record in report.records:
+                out[record.cell.scenario] = record
+        return out
+
+
+def baseline_environment(profile: Profile, gpu: str) -> Environment:
+    """The profile's baseline: the first value of every axis (init writes one), on the GPU type watched."""
+    if gpu not in profile.axes["gpu"]:
+        raise InputError(f"profile '{profile.name}' has no GPU type {gpu} (it has {', '.join(profile.axes['gpu'])}); pass --gpu")
+    values = {axis: profile.axes[axis][0] for axis in AXES}
+    several = [axis for axis in (*AXES, *profile.packages) if axis != "gpu" and len({**profile.axes, **profile.packages}[axis]) > 1]
+    if several:
+        raise InputError(
+            f"profile '{profile.name}' has several values for {', '.join(several)}: watch starts from one baseline per axis "
+            "(envmatrix init writes such a profile)"
+        )
+    return Environment.from_values({**values, "gpu": gpu, **{name: versions[0] for name, versions in profile.packages.items()}})
+
+
+def axis_releases(profile: Profile, base: Environment, axis: str) -> AxisWatch:
+    """The axis's installable releases beyond the baseline, from the indexes pip uses; the catalog and the packages'
+    metadata rule out what cannot install (each with its reason)."""
+    baseline = base.axes().get(axis) or base.package(axis)
+    watched = AxisWatch(axis, baseline)
+    dist = PACKAGES.get(axis, axis)
+    local, extra = torch_sources(base.cuda) if dist == "torch" else (None, [])
+    listing = list_releases(dist, local=local, extra=extra)
+    if not listing.reachable:
+        watched.problem = "no index answered: " + "; ".join(f"{k}: {v}" for k, v in listing.problems.items())
+        return watched
+    for release in listing.versions(python=base.python):
+        if Version(release) <= Version(baseline):
+            continue
+        reasons = environment_reasons(profile, with_axis(base, {axis: release}))
+        if reasons:
+            watched.ruled_out[release] = reasons[0].text
+        else:
+            watched.newer.append(release)
+    watched.newest = watched.newer[-1] if watched.newer else None
+    if watched.newest is None:
+        unreachable = f" ({'; '.join(f'{k}: {v}' for k, v in listing.problems.items())})" if listing.problems else ""
+        watched.problem = f"no installable release beyond {baseline} on the indexes{unreachable}"
+    return watched
+
+
+def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
+    """The whole watch: baseline, each axis's newest, all newest together, bisections, upgrade orders."""
+    start = time.monotonic()
+    profile = spec.profiles[req.profile]
+    base = baseline_environment(profile, req.gpu)
+    options = BackendOptions(profile_name=req.profile, profile=profile, gpu_count=len(req.gpu_ids), venvs=req.venvs, base=req.base)
+    runner = Runner(make_backend(req.backend, options), Paths(req.reports), timeout=req.timeout, gpus={req.gpu: req.gpu_ids}, console=console)
+    cells = Cells(spec, profile, runner, len(req.gpu_ids))
+    scenarios = list(profile.scenarios)
+    w = Watch(req.profile, req.gpu, base, scenarios)
+    console.print(f"baseline {escape(base.id)}: {', '.join(scenarios)}")
+    w.baseline = cells.run(base, scenarios)
+    if all(untestable(r) for r in w.baseline.values()):
+        first = next(iter(w.baseline.values()))
+        raise BackendError(f"the baseline environment {base.id} could not be made ({first.klass}: {first.outcome.evidence[:300]}); see {first.log.path}")
+    names = [a for a in RELEASE_AXES if base.axes()[a] != "none"] + [p for p, v in base.packages if v != "none"]
+    for axis in names:
+        watched = axis_releases(profile, base, axis)
+        w.axes.append(watched)
+        if watched.newest is None:
+            console.print(f"{axis} {watched.baseline}: {escape(watched.problem or '')}")
+            continue
+        console.print(f"{axis}: {len(watched.newer)} releases beyond {watched.baseline}; trying the newest, {watched.newest}")
+        affected = [s for s in scenarios if affects(axis, spec.scenarios[s])]
+        watched.records = cells.run(with_axis(base, {axis: watched.newest}), affected)
+    if all(a.problem and a.problem.startswith("no index answered") for a in w.axes):
+        raise BackendError("no index answered for any axis: " + "; ".join(f"{a.axis}: {a.problem}" for a in w.axes) + "; check pip's index settings")
+    newest = {a.axis: a.newest for a in w.axes if a.newest}
+    if len(newest) > 1:
+        w.all_newest_env = with_axis(base, newest)  # type: ignore[arg-type]
+        console.print(f"all newest together: {escape(w.all_newest_env.id)}")
+        w.all_newest = cells.run(w.all_newest_env, scenarios)
+    _regressions(w, spec)
+    for reg in _to_bisect(w):
+        _bisect(w, reg, cells, console)
+    for reg in _to_bisect(w):
+        if reg.broke:
+            w.orders.append(_order(w, spec, reg, cells, console))
+    w.ran, w.cached, w.seconds = cells.ran, cells.cached, round(time.monotonic() - start, 1)
+    return w
+
+
+def _regressions(w: Watch, spec: Spec) -> None:
+    for watched in w.axes:
+        for scenario, record in watched.records.items():
+            verdict = changed(w.baseline[scenario], record)
+            if verdict is not None:
+                w.regressions.append(Regression(watched.axis, scenario, w.baseline[scenario].klass, str(watched.newest), record.klass, broke=verdict))
+
+
+def _to_bisect(w: Watch) -> list[Regression]:
+    """One change per axis is bisected: a break before a fix, a healthy scenario before a control."""
+    chosen: dict[str, Regression] = {}
+    for reg in sorted(w.regressions, key=lambda r: (not r.broke, w.baseline[r.scenario].expect is not None)):
+        chosen.setdefault(reg.axis, reg)
+    return list(chosen.values())
+
+
+def _bisect(w: Watch, reg: Regression, cells: Cells, console: Console) -> None:
+    watched = next(a for a in w.axes if a.axis == reg.axis)
+    releases = [watched.baseline, *watched.newer]
+    console.print(f"bisecting {reg.axis} {watched.baseline} → {reg.newest} ({len(releases)} releases) for {reg.scenario}")
+
+    def oracle(release: str) -> str:
+        record = cells.run(with_axis(w.base, {reg.axis: release}), [reg.scenario])[reg.scenario]
+        reg.records[release] = record
+        console.print(f"  {reg.axis} {release}: {record.klass}")
+        return record.klass
+
+    reg.bisection = bisect(releases, oracle)
+
+
+def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, console: Console) -> Order:
+    """Which other upgrades let the breaking axis's newest train: each other axis's newest beside it (one run
+    each), then every axis at its newest (already run)."""
+    scenario = spec.scenarios[reg.scenario]
+    alone: dict[str, tuple[str, str, str]] = {}
+    tried: list[tuple[dict[str, str], str]] = []
+    for other in w.axes:
+        if other.axis == reg.axis or other.newest is None or not affects(other.axis, scenario):
+            continue
+        moved = {reg.axis: reg.newest, other.axis: other.newest}
+        record = cells.run(with_axis(w.base, moved), [reg.scenario])[reg.scenario]
+        first = other.records.get(reg.scenario)
+        alone[other.axis] = (other.newest, _as(record), _as(first) if first is not None else "not tried")
+        tried.append((moved, record.klass))
+        console.print(f"  {reg.axis} {reg.newest} with {other.axis} {other.newest}: {record.klass}")
+    together = w.all_newest.get(reg.scenario)
+    text, works = order_text(reg.axis, reg.newest, reg.scenario, alone, _as(together) if together else None)
+    return Order(reg.axis, reg.scenario, text, works, tried)
+
+
+def _as(record: Record) -> str:
+    """`ok` where the cell shows what it should (a control its expected class), else its outcome."""
+    return "ok" if healthy(record) else record.klass
