@@ -67,7 +67,8 @@ class AxisWatch:
     baseline: str
     newer: list[str] = field(default_factory=list)  # installable releases beyond the baseline, oldest first
     ruled_out: dict[str, str] = field(default_factory=dict)  # release → why it cannot install (catalog, metadata)
-    newest: str | None = None
+    newest: str | None = None  # the newest that installs with everything else at the baseline
+    latest: str | None = None  # the newest on the index for this Python, even if it needs other axes moved
     records: dict[str, Record] = field(default_factory=dict)  # scenario → its record with the axis at newest
     problem: str | None = None  # the index could not be asked, or nothing beyond the baseline
 
@@ -157,7 +158,7 @@ def order_text(axis: str, newest: str, scenario: str, alone: dict[str, tuple[str
             if first == Outcome.OK:
                 parts.append(f"move {other} to {release} first ({scenario} trains with it on the baseline); then {axis} {newest} trains")
             else:
-                parts.append(f"move {other} to {release} together with {axis} {newest} ({other} {release} on the baseline shows {first}); together they train")
+                parts.append(f"move {other} to {release} together with {axis} {newest} ({other} {release.split()[0]} on the baseline: {first}); together they train")
         return "; or ".join(parts), True
     if together == Outcome.OK:
         return f"no single other upgrade is enough; {axis} {newest} trains with every other axis at its newest", True

@@ -13,12 +13,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 from rich.console import Console
 from rich.markup import escape
 
 from ..backends.registry import BackendOptions, make_backend
 from ..errors import BackendError, InputError
+from ..facts import pkgconstraints
 from ..facts.releases import PACKAGES, list_releases, torch_sources
 from ..plan.cells import Environment
 from ..plan.eligibility import environment_reasons, judge
@@ -110,6 +113,7 @@ def axis_releases(profile: Profile, base: Environment, axis: str) -> AxisWatch:
     for release in listing.versions(python=base.python):
         if Version(release) <= Version(baseline):
             continue
+        watched.latest = release
         reasons = environment_reasons(profile, with_axis(base, {axis: release}))
         if reasons:
             watched.ruled_out[release] = reasons[0].text
@@ -149,7 +153,7 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
         watched.records = cells.run(with_axis(base, {axis: watched.newest}), affected)
     if all(a.problem and a.problem.startswith("no index answered") for a in w.axes):
         raise BackendError("no index answered for any axis: " + "; ".join(f"{a.axis}: {a.problem}" for a in w.axes) + "; check pip's index settings")
-    newest = {a.axis: a.newest for a in w.axes if a.newest}
+    newest = {a.axis: a.latest for a in w.axes if a.latest}
     if len(newest) > 1:
         w.all_newest_env = with_axis(base, newest)  # type: ignore[arg-type]
         console.print(f"all newest together: {escape(w.all_newest_env.id)}")
@@ -201,17 +205,43 @@ def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, console: Console
     alone: dict[str, tuple[str, str, str]] = {}
     tried: list[tuple[dict[str, str], str]] = []
     for other in w.axes:
-        if other.axis == reg.axis or other.newest is None or not affects(other.axis, scenario):
+        if other.axis == reg.axis or other.latest is None or not affects(other.axis, scenario):
             continue
-        moved = {reg.axis: reg.newest, other.axis: other.newest}
+        moved = required({reg.axis: reg.newest, other.axis: other.latest}, w)
         record = cells.run(with_axis(w.base, moved), [reg.scenario])[reg.scenario]
-        first = other.records.get(reg.scenario)
-        alone[other.axis] = (other.newest, _as(record), _as(first) if first is not None else "not tried")
+        first = other.records.get(reg.scenario) if other.latest == other.newest else None
+        extra = [f"{k} {v}" for k, v in moved.items() if k not in (reg.axis, other.axis)]
+        release = other.latest + (f" (with {', '.join(extra)}, which it requires)" if extra else "")
+        outcome = _as(record) if record.klass != "skipped" else f"cannot install: {record.outcome.evidence[:200]}"
+        alone[other.axis] = (release, outcome, _as(first) if first is not None else f"cannot install: {other.ruled_out.get(other.latest, 'not tried')}")
         tried.append((moved, record.klass))
-        console.print(f"  {reg.axis} {reg.newest} with {other.axis} {other.newest}: {record.klass}")
+        console.print(f"  {reg.axis} {reg.newest} with {', '.join(f'{k} {v}' for k, v in moved.items() if k != reg.axis)}: {record.klass}")
     together = w.all_newest.get(reg.scenario)
     text, works = order_text(reg.axis, reg.newest, reg.scenario, alone, _as(together) if together else None)
     return Order(reg.axis, reg.scenario, text, works, tried)
+
+
+def required(moved: dict[str, str], w: Watch) -> dict[str, str]:
+    """`moved` with every other axis its moved packages require at a newer release (their wheels' Requires-Dist,
+    facts/pkgconstraints) set to that axis's newest: trl 1.16.0 brings accelerate ≥ 1.10.1 along."""
+    latest = {a.axis: a.latest for a in w.axes if a.latest}
+    known = pkgconstraints.releases()
+    out = dict(moved)
+    for _ in range(len(latest)):
+        env = with_axis(w.base, out)
+        needed = {}
+        for name, version in out.items():
+            release = known.get((name, version))
+            for line in release.requires if release else ():
+                req = Requirement(line)
+                axis = canonicalize_name(req.name)
+                have = env.package(axis) if axis not in AXES else env.axes()[axis]
+                if axis in latest and axis not in out and not req.specifier.contains(have, prereleases=True):
+                    needed[axis] = str(latest[axis])
+        if not needed:
+            break
+        out |= needed
+    return out
 
 
 def _as(record: Record) -> str:

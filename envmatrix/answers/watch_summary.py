@@ -63,10 +63,10 @@ def markdown(w: Watch, *, reports: str) -> str:
         "Only the newest installable release of each axis was tried with everything else at the baseline, then all newest together; "
         "releases in between were tried only as bisection points where an outcome changed."
     )
-    lines += ["", "| axis | baseline | newer releases | newest | outcome at the newest (others at baseline) |", "|---|---|---|---|---|"]
+    lines += ["", "| axis | baseline | newer releases | newest on the index | newest that installs on the baseline | outcome there |", "|---|---|---|---|---|---|"]
     for a in w.axes:
         shown = ", ".join(_shown(r) for r in a.records.values()) or printable(a.problem or "no scenario depends on it")
-        lines.append(f"| {a.axis} | {a.baseline} | {len(a.newer)} | {a.newest or '-'} | {shown} |")
+        lines.append(f"| {a.axis} | {a.baseline} | {len(a.newer) + len(a.ruled_out)} | {a.latest or '-'} | {a.newest or '-'} | {shown} |")
     ruled = [f"{a.axis} {r}: {printable(why)}" for a in w.axes for r, why in list(a.ruled_out.items())[-3:]]
     if ruled:
         lines += ["", "Ruled out before any run (catalog or package metadata), newest first:", *[f"- {r}" for r in ruled[::-1]]]
@@ -125,7 +125,7 @@ def as_json(w: Watch, *, reports: str) -> dict[str, Any]:
         "gpu": w.gpu,
         "baseline": {"env": w.base.id, "pins": pins(w.base), "cells": {s: _record(r) for s, r in w.baseline.items()}},
         "axes": [
-            {"axis": a.axis, "baseline": a.baseline, "newer": a.newer, "newest": a.newest, "ruled_out": a.ruled_out, "problem": a.problem,
+            {"axis": a.axis, "baseline": a.baseline, "newer": a.newer, "newest": a.newest, "latest": a.latest, "ruled_out": a.ruled_out, "problem": a.problem,
              "cells": {s: _record(r) for s, r in a.records.items()}}
             for a in w.axes
         ],  # fmt: skip
