@@ -189,9 +189,10 @@ def profile_text(d: Draft, indent: str = "  ") -> str:
     """The profile as YAML lines under `profiles:` (values as JSON strings, which YAML reads as they are)."""
     i1, i2, i3 = indent, indent * 2, indent * 3
     today = datetime.date.today().isoformat()
+    description = f"the team stack read from {d.stack.source} by envmatrix init ({today}); watch tries newer releases against it"
     lines = [
         f"{i1}{d.name}:",
-        f"{i2}description: {json.dumps(_comment(f'the team stack read from {d.stack.source} by envmatrix init ({today}); envmatrix watch tries newer releases against it'))}",
+        f"{i2}description: {json.dumps(_comment(description))}",
     ]
     for axis, value in d.axes.items():
         if value.source:
@@ -280,7 +281,7 @@ def merged_text(old: str, d: Draft) -> str:
 def new_text(d: Draft) -> str:
     """A new matrix file holding the profile and the definitions of its scenarios."""
     head = ["# envmatrix matrix: written by envmatrix init; edit freely (init --profile NAME adds or replaces one profile).", "version: 1", "", "profiles:"]
-    body = profile_text(d).splitlines() + ["", "scenarios:", *"".join(scenario_text(s) for s in d.definitions.values()).splitlines()]
+    body = [*profile_text(d).splitlines(), "", "scenarios:", *"".join(scenario_text(s) for s in d.definitions.values()).splitlines()]
     return "\n".join(head + body) + "\n"
 
 

@@ -158,7 +158,8 @@ def order_text(axis: str, newest: str, scenario: str, alone: dict[str, tuple[str
             if first == Outcome.OK:
                 parts.append(f"move {other} to {release} first ({scenario} trains with it on the baseline); then {axis} {newest} trains")
             else:
-                parts.append(f"move {other} to {release} together with {axis} {newest} ({other} {release.split()[0]} on the baseline: {first}); together they train")
+                why = f"{other} {release.split()[0]} on the baseline: {first}"
+                parts.append(f"move {other} to {release} together with {axis} {newest} ({why}); together they train")
         return "; or ".join(parts), True
     if together == Outcome.OK:
         return f"no single other upgrade is enough; {axis} {newest} trains with every other axis at its newest", True

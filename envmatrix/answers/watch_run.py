@@ -155,7 +155,7 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
         raise BackendError("no index answered for any axis: " + "; ".join(f"{a.axis}: {a.problem}" for a in w.axes) + "; check pip's index settings")
     newest = {a.axis: a.latest for a in w.axes if a.latest}
     if len(newest) > 1:
-        w.all_newest_env = with_axis(base, newest)  # type: ignore[arg-type]
+        w.all_newest_env = with_axis(base, {k: str(v) for k, v in newest.items()})
         console.print(f"all newest together: {escape(w.all_newest_env.id)}")
         w.all_newest = cells.run(w.all_newest_env, scenarios)
     _regressions(w, spec)
@@ -229,12 +229,12 @@ def required(moved: dict[str, str], w: Watch) -> dict[str, str]:
     out = dict(moved)
     for _ in range(len(latest)):
         env = with_axis(w.base, out)
-        needed = {}
+        needed: dict[str, str] = {}
         for name, version in out.items():
             release = known.get((name, version))
             for line in release.requires if release else ():
                 req = Requirement(line)
-                axis = canonicalize_name(req.name)
+                axis = str(canonicalize_name(req.name))
                 have = env.package(axis) if axis not in AXES else env.axes()[axis]
                 if axis in latest and axis not in out and not req.specifier.contains(have, prereleases=True):
                     needed[axis] = str(latest[axis])

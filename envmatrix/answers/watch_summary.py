@@ -63,7 +63,11 @@ def markdown(w: Watch, *, reports: str) -> str:
         "Only the newest installable release of each axis was tried with everything else at the baseline, then all newest together; "
         "releases in between were tried only as bisection points where an outcome changed."
     )
-    lines += ["", "| axis | baseline | newer releases | newest on the index | newest that installs on the baseline | outcome there |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| axis | baseline | newer releases | newest on the index | newest that installs on the baseline | outcome there |",
+        "|---|---|---|---|---|---|",
+    ]
     for a in w.axes:
         shown = ", ".join(_shown(r) for r in a.records.values()) or printable(a.problem or "no scenario depends on it")
         lines.append(f"| {a.axis} | {a.baseline} | {len(a.newer) + len(a.ruled_out)} | {a.latest or '-'} | {a.newest or '-'} | {shown} |")
@@ -77,7 +81,8 @@ def markdown(w: Watch, *, reports: str) -> str:
         lines.append("Nothing: every newer release tried shows the baseline's outcomes.")
     for reg in w.regressions:
         verb = "stops training" if reg.broke else "changes (fixed)"
-        lines.append(f"### {reg.axis}: {reg.scenario} {verb} ({reg.baseline_outcome} at {w.base.axes().get(reg.axis) or w.base.package(reg.axis)}, {reg.newest_outcome} at {reg.newest})")
+        at = w.base.axes().get(reg.axis) or w.base.package(reg.axis)
+        lines.append(f"### {reg.axis}: {reg.scenario} {verb} ({reg.baseline_outcome} at {at}, {reg.newest_outcome} at {reg.newest})")
         lines.append("")
         b = reg.bisection
         if b is None:
@@ -125,23 +130,46 @@ def as_json(w: Watch, *, reports: str) -> dict[str, Any]:
         "gpu": w.gpu,
         "baseline": {"env": w.base.id, "pins": pins(w.base), "cells": {s: _record(r) for s, r in w.baseline.items()}},
         "axes": [
-            {"axis": a.axis, "baseline": a.baseline, "newer": a.newer, "newest": a.newest, "latest": a.latest, "ruled_out": a.ruled_out, "problem": a.problem,
-             "cells": {s: _record(r) for s, r in a.records.items()}}
+            {
+                "axis": a.axis,
+                "baseline": a.baseline,
+                "newer": a.newer,
+                "newest": a.newest,
+                "latest": a.latest,
+                "ruled_out": a.ruled_out,
+                "problem": a.problem,
+                "cells": {s: _record(r) for s, r in a.records.items()},
+            }
             for a in w.axes
-        ],  # fmt: skip
+        ],
         "all_newest": {"env": w.all_newest_env.id, "cells": {s: _record(r) for s, r in w.all_newest.items()}} if w.all_newest_env else None,
         "regressions": [
             {
-                "axis": r.axis, "scenario": r.scenario, "broke": r.broke, "baseline": r.baseline_outcome, "newest": r.newest, "newest_class": r.newest_outcome,
-                "bisection": None if r.bisection is None else {
-                    "status": r.bisection.status, "message": r.bisection.message, "first": r.bisection.first, "before": r.bisection.before,
-                    "kinds": r.bisection.kinds, "tried": r.bisection.tried, "skipped": r.bisection.skipped,
+                "axis": r.axis,
+                "scenario": r.scenario,
+                "broke": r.broke,
+                "baseline": r.baseline_outcome,
+                "newest": r.newest,
+                "newest_class": r.newest_outcome,
+                "bisection": None
+                if r.bisection is None
+                else {
+                    "status": r.bisection.status,
+                    "message": r.bisection.message,
+                    "first": r.bisection.first,
+                    "before": r.bisection.before,
+                    "kinds": r.bisection.kinds,
+                    "tried": r.bisection.tried,
+                    "skipped": r.bisection.skipped,
                 },
                 "records": {release: _record(rec) for release, rec in r.records.items()},
             }
             for r in w.regressions
-        ],  # fmt: skip
-        "orders": [{"axis": o.axis, "scenario": o.scenario, "text": o.text, "works": o.works, "tried": [{"moved": m, "class": c} for m, c in o.tried]} for o in w.orders],
+        ],
+        "orders": [
+            {"axis": o.axis, "scenario": o.scenario, "text": o.text, "works": o.works, "tried": [{"moved": m, "class": c} for m, c in o.tried]}
+            for o in w.orders
+        ],
         "stay_on": {"env": env_id, "vetted": vetted, "pins": pins(w.base), "lock": f"envmatrix lock {env_id} --results {reports}/results"},
         "runs": {"ran": w.ran, "cached": w.cached, "seconds": w.seconds, "results": f"{reports}/results"},
         "exit_code": w.exit_code(),

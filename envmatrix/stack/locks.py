@@ -116,7 +116,7 @@ def read_uv_lock(path: Path) -> Stack:
             f"{path} requires-python {data['requires-python']}",
         )
     for where, entry in _packages(path, text, data, "package"):
-        source = entry.get("source") if isinstance(entry.get("source"), dict) else {}
+        source: dict[str, Any] = entry["source"] if isinstance(entry.get("source"), dict) else {}
         if "version" not in entry or any(k in source for k in ("editable", "virtual", "directory")):
             stack.notes.append(f"{where}: {entry['name']} is the project or a local folder: not an axis")
             continue

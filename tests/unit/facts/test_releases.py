@@ -128,7 +128,9 @@ def test_release_of(filename: str, expect: tuple[str, str] | None) -> None:
 
 def test_abi3_and_sdists_fit() -> None:
     assert Release("1", python_tags={"cp39-abi3"}).fits("3.11") and not Release("1", python_tags={"cp312-abi3"}).fits("3.11")
-    assert Release("1", requires_python={">=3.12"}, python_tags={"source"}).fits("3.12") and not Release("1", requires_python={">=3.12"}, python_tags={"source"}).fits("3.11")
+    assert Release("1", requires_python={">=3.12"}, python_tags={"source"}).fits("3.12") and not Release(
+        "1", requires_python={">=3.12"}, python_tags={"source"}
+    ).fits("3.11")
 
 
 def test_html_parser_keeps_data_attributes() -> None:

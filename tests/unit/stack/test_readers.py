@@ -181,7 +181,7 @@ def test_uv_lock_skips_the_project_and_keeps_the_first_fork(tmp_path: Path) -> N
 def test_uv_lock_without_version_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "uv.lock"
     path.write_text('[[package]]\nname = "x"\n')
-    with pytest.raises(InputError, match="not a uv.lock"):
+    with pytest.raises(InputError, match=r"not a uv\.lock"):
         read_stack(path)
 
 
