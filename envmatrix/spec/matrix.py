@@ -577,6 +577,11 @@ def _sched_labels(ck: Checker, value: Any, path: Path_) -> tuple[str, ...]:
     return ck.string_list(value, path, lambda v: None if _LABEL.fullmatch(v) else f"runner label '{v}' must be letters, digits, '.', '_' or '-'")
 
 
+def default_labels(gpu: str) -> tuple[str, ...]:
+    """The runner labels of a GPU type's jobs where the profile names none: self-hosted Linux runners labelled with it."""
+    return ("self-hosted", "linux", gpu.lower())
+
+
 def _scheduler(ck: Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Scheduler | None:
     values = ck.mapping(raw, path, SCHEDULER_KEYS, required=("gpus",))
     targets: dict[str, GpuTarget] = {}
@@ -595,7 +600,7 @@ def _scheduler(ck: Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sch
                 partition=_sched_text(ck, t.get("partition"), (*gpath, "partition"), _PARTITION, "gpu-a100"),
                 gres=_sched_text(ck, t.get("gres"), (*gpath, "gres"), _GRES, "gpu:a100:8"),
                 constraint=_sched_text(ck, t.get("constraint"), (*gpath, "constraint"), _CONSTRAINT, "a100&nvlink"),
-                labels=_sched_labels(ck, t["labels"], (*gpath, "labels")) if "labels" in t else ("self-hosted", "linux", gpu.lower()),
+                labels=_sched_labels(ck, t["labels"], (*gpath, "labels")) if "labels" in t else default_labels(gpu),
                 product=_sched_text(ck, t.get("product"), (*gpath, "product"), _K8S_LABEL_VALUE, "NVIDIA-A100-SXM4-80GB"),
                 gpu_count=_sched_int(ck, t.get("gpu_count", 0 if gpu == "cpu" else 1), (*gpath, "gpu_count"), 0, 64) or 0,
             )
