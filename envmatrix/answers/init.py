@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import tempfile
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ def environment_axes(stack: Stack, gpu: str, python: str) -> dict[str, Axis]:
     axes["transformers"] = Axis([_check("transformers", tf.version, tf.where)], f"{tf.where}: transformers=={tf.version}")
     flash = stack.pins.get("flash-attn")
     axes["flash_attn"] = Axis([_check("flash_attn", flash.version, flash.where)], f"{flash.where}") if flash else Axis(["none"], "no flash-attn pinned")
-    axes["gpu"] = Axis([_check("gpu", gpu, "--gpu")], "")
+    axes["gpu"] = Axis([_check("gpu", gpu, "--gpu")], "")  # its source: draft's Where
     axes["python"] = Axis([_check("python", python, "python")], "")
     return {axis: axes[axis] for axis in AXES}
 
@@ -113,13 +113,14 @@ def package_axes(stack: Stack, gpu: str) -> tuple[dict[str, Axis], list[str]]:
 
 
 def _features(s: Scenario) -> tuple[Any, ...]:
-    """What a scenario exercises of the stack: trainer, engine and ranks, adapters, generation, attention."""
-    return (s.trainer, s.parallel, s.world_size, s.lora, s.use_vllm, s.attn, s.dtype)
+    """What a scenario exercises of the stack: trainer, engine and ranks, adapters, generation, attention (not the dtype:
+    the gpu profile trains in bf16, its controls keep the default)."""
+    return (s.trainer, s.parallel, s.world_size, s.lora, s.use_vllm, s.attn)
 
 
 def choose_scenarios(spec: Spec, profile: Profile, holds: set[str], flash: bool) -> list[tuple[str, str]]:
     """The shipped profile's scenarios that exercise what the stack holds, then the controls that vet them
-    (a control with the same trainer, engine, ranks, adapters, generation, attention and dtype as a chosen one)."""
+    (a control with the same trainer, engine, ranks, adapters, generation and attention as a chosen one)."""
     trainer = "trl" if "trl" in holds else "builtin"
     chosen: list[tuple[str, str]] = []
     for name in profile.scenarios:
@@ -153,12 +154,25 @@ def catalogue(target: Path) -> tuple[Spec | None, Spec]:
     raise InputError(f"the shipped matrix.yaml is not beside envmatrix ({SHIPPED}): run init from a checkout of envmatrix")
 
 
-def draft(stack: Stack, *, name: str, gpu: str, python: str, python_source: str, target: Path) -> Draft:
-    """The profile for a stack: axes, package axes, chosen scenarios (and their definitions the target lacks)."""
+@dataclass(frozen=True)
+class Where:
+    """Where the values that are not in the stack come from: the GPU type and the Python, said in the file."""
+
+    gpu: str
+    gpu_source: str
+    python: str
+    python_source: str
+
+
+def draft(stack: Stack, *, name: str, where: Where, target: Path, model_config: Path | None = None, grpo_config: Path | None = None) -> Draft:
+    """The profile for a stack: axes, package axes, chosen scenarios (and their definitions the target lacks), and the
+    team's own model and GRPO settings as a preflight scenario."""
     existing, shipped = catalogue(target)
+    gpu = where.gpu
     d = Draft(name=name, stack=stack)
-    d.axes = environment_axes(stack, gpu, python)
-    d.axes["python"].source = python_source
+    d.axes = environment_axes(stack, gpu, where.python)
+    d.axes["python"].source = where.python_source
+    d.axes["gpu"].source = where.gpu_source
     d.packages, d.notes = package_axes(stack, gpu)
     base = shipped.profiles["cpu" if gpu == "cpu" else "gpu"]
     d.scenarios = choose_scenarios(shipped, base, set(d.packages), d.axes["flash_attn"].values != ["none"])
@@ -170,7 +184,35 @@ def draft(stack: Stack, *, name: str, gpu: str, python: str, python_source: str,
             d.definitions[scenario] = shipped.scenarios[scenario]
         elif theirs != shipped.scenarios[scenario]:
             d.notes.append(f"scenario {scenario}: {target} defines it differently from the shipped matrix; its own definition is used")
+    if model_config is not None:
+        added = preflight_scenario(model_config, grpo_config, trainer="trl" if "trl" in d.packages else "builtin", target=target, notes=d.notes)
+        d.scenarios.append((added.name, f"your model {model_config}" + (f" with your GRPO settings {grpo_config}" if grpo_config else "") + ", shrunk"))
+        d.definitions[added.name] = added
+    elif grpo_config is not None:
+        raise InputError("--grpo-config goes with --model-config: the settings are applied to your model's preflight scenario")
     return d
+
+
+def preflight_scenario(model_config: Path, grpo_config: Path | None, *, trainer: str, target: Path, notes: list[str]) -> Scenario:
+    """The team's architecture (shrunk) under their GRPO settings, as `envmatrix preflight` builds it; its folder
+    written relative to the matrix file, remote code never allowed from the file."""
+    from . import grpoconfig, preflight
+
+    model = preflight.user_model(model_config, trust_remote_code=False)
+    mapped = grpoconfig.read(grpo_config) if grpo_config is not None else grpoconfig.Mapped()
+    if mapped.fields.get("trainer") == "trl":
+        trainer = "trl"
+    if model.remote:
+        notes.append(f"{model_config}: its config names Python files (auto_map); a matrix file never runs them (envmatrix preflight --trust-remote-code does)")
+    if mapped.unmodelled:
+        notes.append(f"{grpo_config}: not modelled by the probe: {', '.join(sorted(mapped.unmodelled))[:300]}")
+    scenario = preflight.scenario(model, mapped, trainer=trainer)
+    try:
+        folder = str(Path(model.folder).relative_to(target.resolve().parent))
+        folder = folder if folder.startswith(".") else f"./{folder}"
+    except ValueError:
+        folder = str(model.folder)
+    return replace(scenario, model=folder, description=f"{scenario.description}; written by envmatrix init")
 
 
 # ---- text -----------------------------------------------------------------------------------------
@@ -216,7 +258,7 @@ def scenario_text(scenario: Scenario, indent: str = "  ") -> str:
     lines = [f"{indent}{scenario.name}:"]
     for f in fields(Scenario):
         value = getattr(scenario, f.name)
-        if f.name != "name" and value != getattr(defaults, f.name):
+        if f.name not in ("name", "shrink", "trust_remote_code") and value != getattr(defaults, f.name):  # a model folder implies shrink
             lines.append(f"{indent * 2}{f.name}: {json.dumps(value) if not isinstance(value, bool) else str(value).lower()}")
     if len(lines) == 1:
         lines[0] += " {}"

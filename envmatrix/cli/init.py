@@ -29,6 +29,8 @@ def add_parser(sub: options.Subparsers) -> None:
     options.FILE.add(p, note="./matrix.yaml; created, or the profile is added to it and the rest kept")
     options.PROFILE.add(p, default="stack", note="stack; an existing profile of that name is replaced")
     options.GPU.add(p, note="this host's: cpu without a GPU")
+    p.add_argument("--model-config", metavar="DIR", type=Path, help="your model's folder (config.json and tokenizer, no weights): a scenario of it, shrunk")
+    p.add_argument("--grpo-config", metavar="FILE", type=Path, help="with --model-config: your TRL GRPOConfig (YAML or JSON), applied to that scenario")
     p.set_defaults(func=handle)
 
 
@@ -39,16 +41,17 @@ def handle(args: argparse.Namespace) -> int:
     from ..stack.interpreter import read_interpreter
 
     stack = read_stack(Path(args.source)) if args.source is not None else read_interpreter(args.current or None)
-    gpu = args.gpu
+    gpu, gpu_source = args.gpu, "--gpu"
     if gpu is None:
         gpus = detect_gpus()
         if gpus.matrix_name is None:
             raise InputError(f"this host's GPU ({gpus.names[0]}) is not in the catalog; name its matrix GPU type with --gpu")
-        gpu = gpus.matrix_name
+        gpu, gpu_source = gpus.matrix_name, (f"this host's GPU ({gpus.names[0]}, nvidia-smi)" if gpus.names else "this host has no GPU (nvidia-smi lists none)")
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     python, python_source = stack.python if stack.python else (here, f"{stack.source} names no Python: this interpreter's ({sys.executable})")
     target = Path(args.file)
-    draft = init.draft(stack, name=args.profile, gpu=gpu, python=python, python_source=python_source, target=target)
+    where = init.Where(gpu, gpu_source, python, python_source)
+    draft = init.draft(stack, name=args.profile, where=where, target=target, model_config=args.model_config, grpo_config=args.grpo_config)
     existed = target.exists()
     init.write(target, draft)
     console = Console()

@@ -58,7 +58,7 @@ class Stack:
         try:
             parsed = Version(version)
         except InvalidVersion:
-            raise InputError(f"{where}: {printable(name)} {printable(version)!r} is not a PEP 440 version") from None
+            raise InputError(f"{where}: {printable(name)} '{printable(version)}' is not a PEP 440 version") from None
         key = canonicalize_name(name)
         previous = self.pins.get(key)
         if previous is not None and previous.version != parsed.public:

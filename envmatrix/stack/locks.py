@@ -35,6 +35,8 @@ def load_toml(path: Path, what: str) -> tuple[dict[str, Any], str]:
         raise InputError(f"{path}{f':{line}' if line else ''}: not valid TOML: {printable(str(exc))[:200]}") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deeply to read as TOML") from None
+    except ValueError as exc:  # an integer beyond Python's digit limit for text conversion
+        raise InputError(f"{path}: a value TOML cannot hold here: {printable(str(exc))[:120]}") from None
 
 
 def _line_in_message(message: str) -> int | None:
