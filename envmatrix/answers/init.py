@@ -21,7 +21,7 @@ from ..facts import catalog
 from ..facts.pkgconstraints import VLLM_DISTRIBUTION
 from ..jsonio import write_text_atomic
 from ..spec.matrix import AXES, AXIS_CHECKS, Profile, Scenario, Spec, check_package_name, check_package_version, load
-from ..stack import Stack
+from ..stack.base import Stack
 
 #: The shipped matrix: its scenarios are the ones init chooses from (a checkout's or an editable install's).
 SHIPPED = Path(__file__).resolve().parents[2] / "matrix.yaml"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from ..errors import BackendError, InputError, printable
-from . import INTERPRETER_TIMEOUT_S, MAX_INTERPRETER_OUTPUT_BYTES, Stack
+from .base import INTERPRETER_TIMEOUT_S, MAX_INTERPRETER_OUTPUT_BYTES, Stack
 
 #: Run inside the interpreter read: its Python, every distribution (importlib.metadata), and torch's CUDA
 #: build where torch's version has no local tag (PyPI's CUDA builds), read from torch itself.

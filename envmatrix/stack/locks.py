@@ -14,7 +14,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from ..errors import InputError, printable
-from . import MAX_LOCK_BYTES, Stack, read_bounded
+from .base import MAX_LOCK_BYTES, Stack, read_bounded
 
 if sys.version_info >= (3, 11):
     import tomllib

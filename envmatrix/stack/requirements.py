@@ -16,7 +16,7 @@ from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvir
 from packaging.requirements import InvalidRequirement, Requirement
 
 from ..errors import InputError, printable
-from . import MAX_INCLUDE_DEPTH, MAX_INCLUDED_FILES, MAX_REQUIREMENTS_BYTES, Stack, read_bounded
+from .base import MAX_INCLUDE_DEPTH, MAX_INCLUDED_FILES, MAX_REQUIREMENTS_BYTES, Stack, read_bounded
 
 #: Options that take a value, as pip spells them; `--opt=value` and `--opt value` both work.
 VALUED = {

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envmatrix.errors import EnvmatrixError
-from envmatrix.stack import MAX_LOCK_BYTES, MAX_REQUIREMENTS_BYTES, read_stack
+from envmatrix.stack import read_stack
+from envmatrix.stack.base import MAX_LOCK_BYTES, MAX_REQUIREMENTS_BYTES
 
 CASES: dict[str, tuple[str, bytes, str]] = {
     "huge requirements": ("requirements.txt", b"torch==2.13.0\n" + b"#" * (MAX_REQUIREMENTS_BYTES + 10), "larger than"),
