@@ -54,7 +54,7 @@ def read_interpreter(python: str | None = None) -> Stack:
     stack = Stack(source=f"the distributions installed in {data.get('executable', exe)}")
     stack.python = (py, f"{exe} is Python {py}")
     for name, version in sorted(dists.items()):
-        stack.add(str(name), str(version), f"{exe}: {name} {version}")
+        stack.add(str(name), str(version), str(exe))
     if data.get("torch_cuda") and "torch" in stack.pins:
         stack.notes.append(f"torch {stack.pins['torch'].version} has no local tag; torch.version.cuda says {data['torch_cuda']}")
         pin = stack.pins["torch"]
