@@ -9,9 +9,14 @@ tried; the summary says so.
 
 from __future__ import annotations
 
+import subprocess
+import tarfile
+import tempfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -23,6 +28,8 @@ from ..backends.registry import BackendOptions, make_backend
 from ..errors import BackendError, InputError
 from ..facts import pkgconstraints
 from ..facts.releases import PACKAGES, list_releases, torch_sources
+from ..host.pipconfig import read_pip_settings
+from ..jsonio import read_json, write_json_atomic
 from ..plan.cells import Environment
 from ..plan.eligibility import environment_reasons, judge
 from ..records.record import Record, RecordError, inputs_hash, read_record
@@ -99,9 +106,67 @@ def baseline_environment(profile: Profile, gpu: str) -> Environment:
     return Environment.from_values({**values, "gpu": gpu, **{name: versions[0] for name, versions in profile.packages.items()}})
 
 
-def axis_releases(profile: Profile, base: Environment, axis: str) -> AxisWatch:
+class Metadata:
+    """What releases declare they need (Requires-Dist), for the package axes: the data file's releases
+    (facts/pkgconstraints.json) and, for a release it does not know, its wheel's METADATA read once (pip
+    download --no-deps, pip's index settings; an sdist's PKG-INFO where there is no wheel) and kept in a cache
+    file, so a second watch reads nothing from the index but the listings."""
+
+    def __init__(self, cache: Path) -> None:
+        self.cache = cache
+        self.fetched: dict[tuple[str, str], pkgconstraints.Release] = {}
+        self.failed: set[tuple[str, str]] = set()
+        data = read_json(cache) or {}
+        for pin, facts in data.items():
+            name, _, version = pin.partition("==")
+            try:
+                self.fetched[(name, version)] = pkgconstraints.Release(
+                    name, version, tuple(facts["requires_dist"]), facts.get("requires_python"), facts["wheel"], facts["sha256"]
+                )
+            except (KeyError, TypeError):
+                continue
+
+    def known(self) -> dict[tuple[str, str], pkgconstraints.Release]:
+        return {**pkgconstraints.releases(), **self.fetched}
+
+    def read(self, name: str, version: str) -> None:
+        """Read one release's metadata unless it is known (or could not be read this run)."""
+        key = (name, version)
+        if key in self.known() or key in self.failed:
+            return
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                got = pkgconstraints.fetch([f"{name}=={version}"], Path(tmp), read_pip_settings().index_url or pkgconstraints.PYPI)
+        except (OSError, subprocess.SubprocessError, StopIteration, KeyError, ValueError, tarfile.TarError, zipfile.BadZipFile):
+            self.failed.add(key)
+            return
+        for dist, versions in got.items():
+            for v, facts in versions.items():
+                self.fetched[(dist, v)] = pkgconstraints.Release(
+                    dist, v, tuple(facts["requires_dist"]), facts.get("requires_python"), facts["wheel"], facts["sha256"]
+                )
+                self.cache.parent.mkdir(parents=True, exist_ok=True)
+                old = read_json(self.cache) or {}
+                write_json_atomic(self.cache, {**old, f"{dist}=={v}": facts})
+
+    def reasons(self, profile: Profile, env: Environment) -> list[str]:
+        """Why an environment cannot install: the one eligibility (catalog, the data file), then the metadata read here."""
+        return [r.text for r in environment_reasons(profile, env)] + pkgconstraints.environment_reasons(env, known=self.fetched)
+
+
+def _release(name: str, version: str, facts: dict[str, Any]) -> pkgconstraints.Release:
+    """A release's facts as pkgconstraints.fetch gives them (and the cache keeps them)."""
+    return pkgconstraints.Release(name, version, tuple(facts["requires_dist"]), facts.get("requires_python"), facts["wheel"], facts["sha256"])
+
+
+#: Releases of one package axis whose metadata a watch reads, newest first, looking for the newest that installs.
+MAX_METADATA_READS = 8
+
+
+def axis_releases(profile: Profile, base: Environment, axis: str, metadata: Metadata) -> AxisWatch:
     """The axis's installable releases beyond the baseline, from the indexes pip uses; the catalog and the packages'
-    metadata rule out what cannot install (each with its reason)."""
+    metadata rule out what cannot install (each with its reason). The newest that installs is looked for from the
+    newest down, reading the metadata of up to MAX_METADATA_READS releases the data file does not know."""
     baseline = base.axes().get(axis) or base.package(axis)
     watched = AxisWatch(axis, baseline)
     dist = PACKAGES.get(axis, axis)
@@ -110,19 +175,22 @@ def axis_releases(profile: Profile, base: Environment, axis: str) -> AxisWatch:
     if not listing.reachable:
         watched.problem = "no index answered: " + "; ".join(f"{k}: {v}" for k, v in listing.problems.items())
         return watched
-    for release in listing.versions(python=base.python):
-        if Version(release) <= Version(baseline):
-            continue
-        watched.latest = release
-        reasons = environment_reasons(profile, with_axis(base, {axis: release}))
+    beyond = [r for r in listing.versions(python=base.python) if Version(r) > Version(baseline)]
+    watched.latest = beyond[-1] if beyond else None
+    reads = 0
+    for release in reversed(beyond):
+        if watched.newest is None and axis not in AXES and reads < MAX_METADATA_READS and (axis, release) not in metadata.known():
+            metadata.read(axis, release)
+            reads += 1
+        reasons = metadata.reasons(profile, with_axis(base, {axis: release}))
         if reasons:
-            watched.ruled_out[release] = reasons[0].text
+            watched.ruled_out[release] = reasons[0]
         else:
-            watched.newer.append(release)
-    watched.newest = watched.newer[-1] if watched.newer else None
+            watched.newer.insert(0, release)
+            watched.newest = watched.newest or release
     if watched.newest is None:
         unreachable = f" ({'; '.join(f'{k}: {v}' for k, v in listing.problems.items())})" if listing.problems else ""
-        watched.problem = f"no installable release beyond {baseline} on the indexes{unreachable}"
+        watched.problem = f"no release beyond {baseline} installs with the rest of the baseline{unreachable}"
     return watched
 
 
@@ -134,6 +202,7 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
     options = BackendOptions(profile_name=req.profile, profile=profile, gpu_count=len(req.gpu_ids), venvs=req.venvs, base=req.base)
     runner = Runner(make_backend(req.backend, options), Paths(req.reports), timeout=req.timeout, gpus={req.gpu: req.gpu_ids}, console=console)
     cells = Cells(spec, profile, runner, len(req.gpu_ids))
+    metadata = Metadata(req.venvs.parent / "cache" / "package-metadata.json")
     scenarios = list(profile.scenarios)
     w = Watch(req.profile, req.gpu, base, scenarios)
     console.print(f"baseline {escape(base.id)}: {', '.join(scenarios)}")
@@ -143,7 +212,7 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
         raise BackendError(f"the baseline environment {base.id} could not be made ({first.klass}: {first.outcome.evidence[:300]}); see {first.log.path}")
     names = [a for a in RELEASE_AXES if base.axes()[a] != "none"] + [p for p, v in base.packages if v != "none"]
     for axis in names:
-        watched = axis_releases(profile, base, axis)
+        watched = axis_releases(profile, base, axis, metadata)
         w.axes.append(watched)
         if watched.newest is None:
             console.print(f"{axis} {watched.baseline}: {escape(watched.problem or '')}")
@@ -163,7 +232,7 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
         _bisect(w, reg, cells, console)
     for reg in _to_bisect(w):
         if reg.broke:
-            w.orders.append(_order(w, spec, reg, cells, console))
+            w.orders.append(_order(w, spec, reg, cells, metadata, console))
     w.ran, w.cached, w.seconds = cells.ran, cells.cached, round(time.monotonic() - start, 1)
     return w
 
@@ -198,7 +267,7 @@ def _bisect(w: Watch, reg: Regression, cells: Cells, console: Console) -> None:
     reg.bisection = bisect(releases, oracle)
 
 
-def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, console: Console) -> Order:
+def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, metadata: Metadata, console: Console) -> Order:
     """Which other upgrades let the breaking axis's newest train: each other axis's newest beside it (one run
     each), then every axis at its newest (already run)."""
     scenario = spec.scenarios[reg.scenario]
@@ -207,7 +276,7 @@ def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, console: Console
     for other in w.axes:
         if other.axis == reg.axis or other.latest is None or not affects(other.axis, scenario):
             continue
-        moved = required({reg.axis: reg.newest, other.axis: other.latest}, w)
+        moved = required({reg.axis: reg.newest, other.axis: other.latest}, w, metadata.known())
         record = cells.run(with_axis(w.base, moved), [reg.scenario])[reg.scenario]
         first = other.records.get(reg.scenario) if other.latest == other.newest else None
         extra = [f"{k} {v}" for k, v in moved.items() if k not in (reg.axis, other.axis)]
@@ -221,11 +290,10 @@ def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, console: Console
     return Order(reg.axis, reg.scenario, text, works, tried)
 
 
-def required(moved: dict[str, str], w: Watch) -> dict[str, str]:
+def required(moved: dict[str, str], w: Watch, known: dict[tuple[str, str], pkgconstraints.Release]) -> dict[str, str]:
     """`moved` with every other axis its moved packages require at a newer release (their wheels' Requires-Dist,
     facts/pkgconstraints) set to that axis's newest: trl 1.16.0 brings accelerate ≥ 1.10.1 along."""
     latest = {a.axis: a.latest for a in w.axes if a.latest}
-    known = pkgconstraints.releases()
     out = dict(moved)
     for _ in range(len(latest)):
         env = with_axis(w.base, out)

@@ -194,3 +194,31 @@ def test_a_profile_with_several_values_per_axis_is_not_a_baseline(tmp_path: Path
     path.write_text(MATRIX.replace("transformers: [4.51.3]", "transformers: [4.51.3, 4.57.6]"))
     with pytest.raises(InputError, match="several values for transformers"):
         baseline_environment(load(path).profiles["stack"], "cpu")
+
+
+def test_unknown_releases_metadata_is_read_once_and_rules_them_out(watched: tuple[Spec, WatchRequest, FakeRunner], monkeypatch: pytest.MonkeyPatch) -> None:
+    """trl 1.15.0 is not in the data file: its wheel's metadata is read (here: a stand-in for pip download), rules it
+    out on the baseline, and is kept in the cache, so the next watch reads nothing."""
+    from rich.console import Console
+
+    from envmatrix.facts import pkgconstraints
+
+    calls: list[list[str]] = []
+
+    def fetch(pins: list[str], folder: Path, index: str = "") -> dict[str, Any]:
+        calls.append(pins)
+        facts = {"wheel": "trl-1.15.0-py3-none-any.whl", "sha256": "0" * 64, "requires_dist": ["transformers>=4.56.2"], "requires_python": ">=3.10"}
+        return {"trl": {"1.15.0": facts}}
+
+    monkeypatch.setitem(INDEX, "trl", ["0.18.2", "1.15.0"])
+    monkeypatch.setattr(pkgconstraints, "fetch", fetch)
+    spec, request, _ = watched
+    w = run_watch(spec, request, Console(quiet=True))
+    trl = next(a for a in w.axes if a.axis == "trl")
+    assert calls == [["trl==1.15.0"]] and trl.newest is None
+    assert (
+        trl.ruled_out["1.15.0"]
+        == "trl 1.15.0 requires transformers>=4.56.2 (from trl-1.15.0-py3-none-any.whl's metadata); this environment has transformers 4.51.3"
+    )
+    run_watch(spec, request, Console(quiet=True))
+    assert calls == [["trl==1.15.0"]], "read once, then from the cache"
