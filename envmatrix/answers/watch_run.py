@@ -14,7 +14,6 @@ import tarfile
 import tempfile
 import time
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ from packaging.version import Version
 from rich.console import Console
 from rich.markup import escape
 
-from ..backends.registry import BackendOptions, make_backend
 from ..errors import BackendError, InputError
 from ..facts import pkgconstraints
 from ..facts.releases import PACKAGES, list_releases, torch_sources
@@ -33,24 +31,14 @@ from ..jsonio import read_json, write_json_atomic
 from ..plan.cells import Environment
 from ..plan.eligibility import environment_reasons, judge
 from ..records.record import Record, RecordError, inputs_hash, read_record
-from ..run.runner import Paths, Runner
+from ..run.runner import Runner
 from ..spec.matrix import AXES, Profile, Spec
 from .bisect import bisect
+from .bisect_run import RunTarget
 from .watch import RELEASE_AXES, AxisWatch, Order, Regression, Watch, affects, changed, healthy, order_text, untestable, with_axis
 
-
-@dataclass(frozen=True)
-class WatchRequest:
-    """What to watch: a profile's baseline on one GPU type, run by one backend into one reports folder."""
-
-    profile: str
-    gpu: str
-    backend: str
-    reports: Path
-    venvs: Path
-    base: Path
-    timeout: float = 600.0
-    gpu_ids: tuple[int, ...] = ()
+#: What to watch: a profile's baseline on one GPU type, run by one backend into one reports folder.
+WatchRequest = RunTarget
 
 
 class Cells:
@@ -199,8 +187,7 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
     start = time.monotonic()
     profile = spec.profiles[req.profile]
     base = baseline_environment(profile, req.gpu)
-    options = BackendOptions(profile_name=req.profile, profile=profile, gpu_count=len(req.gpu_ids), venvs=req.venvs, base=req.base)
-    runner = Runner(make_backend(req.backend, options), Paths(req.reports), timeout=req.timeout, gpus={req.gpu: req.gpu_ids}, console=console)
+    runner = req.runner(profile, console)
     cells = Cells(spec, profile, runner, len(req.gpu_ids))
     metadata = Metadata(req.venvs.parent / "cache" / "package-metadata.json")
     scenarios = list(profile.scenarios)

@@ -92,11 +92,7 @@ def read_pylock(path: Path) -> Stack:
     if not isinstance(version, str) or not re.fullmatch(r"1(\.\d+)?", version):
         raise InputError(f"{path}:{_key_line(text, 'lock-version')}: lock-version {printable(str(version))[:20]!r}: this reader knows PEP 751 lock-version 1.x")
     stack = Stack(source=str(path))
-    if isinstance(data.get("requires-python"), str):
-        stack.python = (
-            lowest_python(data["requires-python"], f"{path}:{_key_line(text, 'requires-python')}"),
-            f"{path} requires-python {data['requires-python']}",
-        )
+    stack.python = _python(path, text, data)
     for where, entry in _packages(path, text, data, "packages"):
         if "version" not in entry:
             stack.notes.append(f"{where}: {entry['name']} has no version (a directory or VCS source): not an axis")
@@ -112,11 +108,7 @@ def read_uv_lock(path: Path) -> Stack:
     if not isinstance(data.get("version"), int):
         raise InputError(f"{path}: no `version = 1` at the top: not a uv.lock")
     stack = Stack(source=str(path))
-    if isinstance(data.get("requires-python"), str):
-        stack.python = (
-            lowest_python(data["requires-python"], f"{path}:{_key_line(text, 'requires-python')}"),
-            f"{path} requires-python {data['requires-python']}",
-        )
+    stack.python = _python(path, text, data)
     for where, entry in _packages(path, text, data, "package"):
         source: dict[str, Any] = entry["source"] if isinstance(entry.get("source"), dict) else {}
         if "version" not in entry or any(k in source for k in ("editable", "virtual", "directory")):
@@ -128,6 +120,14 @@ def read_uv_lock(path: Path) -> Stack:
             continue
         stack.add(entry["name"], _with_local(entry["version"], [w.get("url", "") for w in entry.get("wheels", []) if isinstance(w, dict)]), where)
     return stack
+
+
+def _python(path: Path, text: str, data: dict[str, Any]) -> tuple[str, str] | None:
+    """The Python a lock is for: the oldest minor its requires-python admits, and where that was read."""
+    spec = data.get("requires-python")
+    if not isinstance(spec, str):
+        return None
+    return lowest_python(spec, f"{path}:{_key_line(text, 'requires-python')}"), f"{path} requires-python {spec}"
 
 
 def _wheel_names(wheels: Any) -> list[str]:

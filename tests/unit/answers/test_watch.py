@@ -132,8 +132,7 @@ def watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Spec, Watc
         return found
 
     monkeypatch.setattr(watch_run, "list_releases", listing)
-    monkeypatch.setattr(watch_run, "make_backend", lambda *a, **k: None)
-    monkeypatch.setattr(watch_run, "Runner", lambda *a, **k: runner)
+    monkeypatch.setattr(WatchRequest, "runner", lambda self, profile, console: runner)
     request = WatchRequest(profile="stack", gpu="cpu", backend="venv", reports=tmp_path / "reports", venvs=tmp_path / "venvs", base=tmp_path)
     return load(path), request, runner
 
