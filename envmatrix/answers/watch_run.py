@@ -147,14 +147,15 @@ def _release(name: str, version: str, facts: dict[str, Any]) -> pkgconstraints.R
     return pkgconstraints.Release(name, version, tuple(facts["requires_dist"]), facts.get("requires_python"), facts["wheel"], facts["sha256"])
 
 
-#: Releases of one package axis whose metadata a watch reads, newest first, looking for the newest that installs.
-MAX_METADATA_READS = 8
+#: Releases of one package axis whose metadata a watch reads looking for the newest that installs (a bisection
+#: over 256 releases reads 9).
+MAX_METADATA_READS = 9
 
 
 def axis_releases(profile: Profile, base: Environment, axis: str, metadata: Metadata) -> AxisWatch:
     """The axis's installable releases beyond the baseline, from the indexes pip uses; the catalog and the packages'
-    metadata rule out what cannot install (each with its reason). The newest that installs is looked for from the
-    newest down, reading the metadata of up to MAX_METADATA_READS releases the data file does not know."""
+    metadata rule out what cannot install (each with its reason), reading the metadata of up to MAX_METADATA_READS
+    releases the data file does not know."""
     baseline = base.axes().get(axis) or base.package(axis)
     watched = AxisWatch(axis, baseline)
     dist = PACKAGES.get(axis, axis)
@@ -165,17 +166,30 @@ def axis_releases(profile: Profile, base: Environment, axis: str, metadata: Meta
         return watched
     beyond = [r for r in listing.versions(python=base.python) if Version(r) > Version(baseline)]
     watched.latest = beyond[-1] if beyond else None
-    reads = 0
-    for release in reversed(beyond):
-        if watched.newest is None and axis not in AXES and reads < MAX_METADATA_READS and (axis, release) not in metadata.known():
+    reads = [0]
+
+    def why_not(release: str, *, read: bool = True) -> str | None:
+        if read and axis not in AXES and reads[0] < MAX_METADATA_READS and (axis, release) not in metadata.known():
             metadata.read(axis, release)
-            reads += 1
+            reads[0] += 1
         reasons = metadata.reasons(profile, with_axis(base, {axis: release}))
         if reasons:
             watched.ruled_out[release] = reasons[0]
+        return reasons[0] if reasons else None
+
+    # The newest that installs: the newest itself, else a bisection over the releases' metadata (a release needs
+    # what the one before it needed, or more), so an axis with a hundred releases reads about seven.
+    lo, hi = -1, len(beyond) - 1
+    if beyond and why_not(beyond[-1]) is None:
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if why_not(beyond[mid]) is None:
+            lo = mid
         else:
-            watched.newer.insert(0, release)
-            watched.newest = watched.newest or release
+            hi = mid
+    watched.newest = beyond[lo] if lo >= 0 else None
+    watched.newer = [r for r in beyond[: lo + 1] if r in (watched.newest,) or why_not(r, read=False) is None]
     if watched.newest is None:
         unreachable = f" ({'; '.join(f'{k}: {v}' for k, v in listing.problems.items())})" if listing.problems else ""
         watched.problem = f"no release beyond {baseline} installs with the rest of the baseline{unreachable}"

@@ -221,3 +221,28 @@ def test_unknown_releases_metadata_is_read_once_and_rules_them_out(watched: tupl
     )
     run_watch(spec, request, Console(quiet=True))
     assert calls == [["trl==1.15.0"]], "read once, then from the cache"
+
+
+def test_the_newest_that_installs_is_bisected_over_metadata(watched: tuple[Spec, WatchRequest, FakeRunner], monkeypatch: pytest.MonkeyPatch) -> None:
+    """40 trl releases the data file does not know, those from 2.20.0 on needing a newer transformers: the newest that
+    installs on the baseline (2.19.0) is found with a handful of metadata reads, not forty."""
+    from rich.console import Console
+
+    from envmatrix.facts import pkgconstraints
+
+    releases = [f"2.{i}.0" for i in range(40)]
+    reads: list[str] = []
+
+    def fetch(pins: list[str], folder: Path, index: str = "") -> dict[str, Any]:
+        version = pins[0].split("==")[1]
+        reads.append(version)
+        needs = ["transformers>=4.56.2"] if int(version.split(".")[1]) >= 20 else ["transformers>=4.50.0"]
+        return {"trl": {version: {"wheel": f"trl-{version}-py3-none-any.whl", "sha256": "0" * 64, "requires_dist": needs, "requires_python": None}}}
+
+    monkeypatch.setitem(INDEX, "trl", ["0.18.2", *releases])
+    monkeypatch.setattr(pkgconstraints, "fetch", fetch)
+    spec, request, _ = watched
+    w = run_watch(spec, request, Console(quiet=True))
+    trl = next(a for a in w.axes if a.axis == "trl")
+    assert trl.newest == "2.19.0" and trl.latest == "2.39.0" and len(reads) <= 7, reads
+    assert "2.39.0" in trl.ruled_out and trl.newer[-1] == "2.19.0"
