@@ -147,21 +147,35 @@ def with_axis(env: Environment, values: dict[str, str]) -> Environment:
     return Environment.from_values(merged)
 
 
-def order_text(axis: str, newest: str, scenario: str, alone: dict[str, tuple[str, str, str]], together: str | None) -> tuple[str, bool]:
-    """The upgrade order in words, from runs (`ok`: the cell showed what it should): `alone` maps another axis to
-    (its newest, the outcome of the breaking axis's newest beside it, the outcome of that axis's newest with the
-    breaking axis at the baseline); `together`: the outcome with every axis at its newest."""
-    fixers = {other: v for other, v in alone.items() if v[1] == Outcome.OK}
-    if fixers:
-        parts = []
-        for other, (release, _, first) in fixers.items():
-            if first == Outcome.OK:
-                parts.append(f"move {other} to {release} first ({scenario} trains with it on the baseline); then {axis} {newest} trains")
-            else:
-                why = f"{other} {release.split()[0]} on the baseline: {first}"
-                parts.append(f"move {other} to {release} together with {axis} {newest} ({why}); together they train")
-        return "; or ".join(parts), True
+@dataclass(frozen=True)
+class Try:
+    """One run of the breaking axis's newest beside other axes moved (`moved`, the breaking axis included), its
+    outcome (`ok` when the cell showed what it should), and for each other moved axis what its release showed on
+    the baseline alone (`ok`, an outcome, or why it cannot install there)."""
+
+    moved: dict[str, str]
+    outcome: str
+    alone: dict[str, str]
+
+
+def order_text(axis: str, scenario: str, tries: list[Try], together: str | None) -> tuple[str, bool]:
+    """The upgrade order in words, from runs: the try that trains with the fewest axes moved; the axes that train on
+    the baseline alone go first, the rest move together with the breaking axis. `together`: the outcome with every
+    axis at its newest."""
+    trains = sorted((t for t in tries if t.outcome == Outcome.OK), key=lambda t: len(t.moved))
+    if trains:
+        best = trains[0]
+        newest = best.moved[axis]
+        first = [f"{k} to {v}" for k, v in best.moved.items() if k != axis and best.alone.get(k) == Outcome.OK]
+        with_it = {k: v for k, v in best.moved.items() if k != axis and best.alone.get(k) != Outcome.OK}
+        steps = f"move {' and '.join(first)} first ({scenario} trains with {'it' if len(first) == 1 else 'them'} on the baseline); then " if first else ""
+        if with_it:
+            why = "; ".join(f"{k} {v} on the baseline: {best.alone.get(k, 'not tried')}" for k, v in with_it.items())
+            steps += f"move {axis} to {newest} together with {', '.join(f'{k} {v}' for k, v in with_it.items())} ({why}); together they train"
+        else:
+            steps += f"{axis} {newest} trains"
+        return steps[0].upper() + steps[1:], True
     if together == Outcome.OK:
-        return f"no single other upgrade is enough; {axis} {newest} trains with every other axis at its newest", True
-    tried = ", ".join(f"{other} {v[0]} ({v[1]})" for other, v in alone.items())
-    return f"no upgrade order found: {axis} {newest} does not train beside {tried or 'the other axes at their newest'}; stay on the lock", False
+        return f"No single other upgrade is enough; {axis} trains at its newest with every other axis at its newest", True
+    tried = ", ".join(" + ".join(f"{k} {v}" for k, v in t.moved.items()) + f" ({t.outcome})" for t in tries)
+    return f"No upgrade order found ({tried or 'no other axis to move'}): stay on the lock", False

@@ -35,7 +35,7 @@ from ..run.runner import Runner
 from ..spec.matrix import AXES, Profile, Spec
 from .bisect import bisect
 from .bisect_run import RunTarget
-from .watch import RELEASE_AXES, AxisWatch, Order, Regression, Watch, affects, changed, healthy, order_text, untestable, with_axis
+from .watch import RELEASE_AXES, AxisWatch, Order, Regression, Try, Watch, affects, changed, healthy, order_text, untestable, with_axis
 
 #: What to watch: a profile's baseline on one GPU type, run by one backend into one reports folder.
 WatchRequest = RunTarget
@@ -269,26 +269,35 @@ def _bisect(w: Watch, reg: Regression, cells: Cells, console: Console) -> None:
 
 
 def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, metadata: Metadata, console: Console) -> Order:
-    """Which other upgrades let the breaking axis's newest train: each other axis's newest beside it (one run
-    each), then every axis at its newest (already run)."""
+    """Which other upgrades let the breaking axis's newest train: each other axis's newest on the index beside it,
+    with what that release requires (one run each); then every axis at its newest (already run)."""
     scenario = spec.scenarios[reg.scenario]
-    alone: dict[str, tuple[str, str, str]] = {}
+    tries: list[Try] = []
     tried: list[tuple[dict[str, str], str]] = []
+    by_axis = {a.axis: a for a in w.axes}
     for other in w.axes:
         if other.axis == reg.axis or other.latest is None or not affects(other.axis, scenario):
             continue
         moved = required({reg.axis: reg.newest, other.axis: other.latest}, w, metadata.known())
         record = cells.run(with_axis(w.base, moved), [reg.scenario])[reg.scenario]
-        first = other.records.get(reg.scenario) if other.latest == other.newest else None
-        extra = [f"{k} {v}" for k, v in moved.items() if k not in (reg.axis, other.axis)]
-        release = other.latest + (f" (with {', '.join(extra)}, which it requires)" if extra else "")
         outcome = _as(record) if record.klass != "skipped" else f"cannot install: {record.outcome.evidence[:200]}"
-        alone[other.axis] = (release, outcome, _as(first) if first is not None else f"cannot install: {other.ruled_out.get(other.latest, 'not tried')}")
+        tries.append(Try(moved, outcome, {k: _alone(by_axis[k], v, reg.scenario) for k, v in moved.items() if k != reg.axis}))
         tried.append((moved, record.klass))
         console.print(f"  {reg.axis} {reg.newest} with {', '.join(f'{k} {v}' for k, v in moved.items() if k != reg.axis)}: {record.klass}")
     together = w.all_newest.get(reg.scenario)
-    text, works = order_text(reg.axis, reg.newest, reg.scenario, alone, _as(together) if together else None)
+    text, works = order_text(reg.axis, reg.scenario, tries, _as(together) if together else None)
     return Order(reg.axis, reg.scenario, text, works, tried)
+
+
+def _alone(watched: AxisWatch, release: str, scenario: str) -> str:
+    """What an axis's release showed on the baseline alone: its run's outcome where it was the one tried, else why
+    it cannot install there, else that it was not tried."""
+    record = watched.records.get(scenario)
+    if release == watched.newest and record is not None:
+        return _as(record)
+    if release in watched.ruled_out:
+        return f"cannot install: {watched.ruled_out[release]}"
+    return "not tried"
 
 
 def required(moved: dict[str, str], w: Watch, known: dict[tuple[str, str], pkgconstraints.Release]) -> dict[str, str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from packaging.version import Version
+
 from ..errors import printable
 from ..outputs.vetting import standings
 from ..plan.cells import Environment
@@ -71,9 +73,9 @@ def markdown(w: Watch, *, reports: str) -> str:
     for a in w.axes:
         shown = ", ".join(_shown(r) for r in a.records.values()) or printable(a.problem or "no scenario depends on it")
         lines.append(f"| {a.axis} | {a.baseline} | {len(a.newer) + len(a.ruled_out)} | {a.latest or '-'} | {a.newest or '-'} | {shown} |")
-    ruled = [f"{a.axis} {r}: {printable(why)}" for a in w.axes for r, why in list(a.ruled_out.items())[-3:]]
+    ruled = [f"{a.axis} {r}: {printable(a.ruled_out[r])}" for a in w.axes for r in sorted(a.ruled_out, key=Version, reverse=True)[:3]]
     if ruled:
-        lines += ["", "Ruled out before any run (catalog or package metadata), newest first:", *[f"- {r}" for r in ruled[::-1]]]
+        lines += ["", "Ruled out before any run (catalog or package metadata), the newest three per axis:", *[f"- {r}" for r in ruled]]
     if w.all_newest_env is not None:
         lines += ["", f"All newest together ({', '.join(pins(w.all_newest_env))}): " + ", ".join(_shown(r) for r in w.all_newest.values()) + "."]
     lines += ["", "## What broke", ""]

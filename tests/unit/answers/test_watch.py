@@ -11,7 +11,7 @@ import pytest
 from records_factory import make_record
 
 from envmatrix.answers import watch_run
-from envmatrix.answers.watch import affects, changed, order_text
+from envmatrix.answers.watch import Try, affects, changed, order_text
 from envmatrix.answers.watch_run import WatchRequest, baseline_environment, run_watch
 from envmatrix.answers.watch_summary import as_json, markdown
 from envmatrix.errors import BackendError, InputError
@@ -51,12 +51,21 @@ def test_affects_and_changed() -> None:
 
 
 def test_order_text() -> None:
-    first, works = order_text("transformers", "5.24.0", "trl-grpo", {"trl": ("1.16.0", "ok", "ok"), "accelerate": ("1.15.0", "error", "ok")}, None)
-    assert works and first.startswith("move trl to 1.16.0 first (trl-grpo trains with it on the baseline); then transformers 5.24.0 trains")
-    together, _ = order_text("transformers", "5.24.0", "trl-grpo", {"trl": ("1.16.0", "ok", "skipped")}, None)
-    assert "together with transformers 5.24.0" in together
-    none, works = order_text("transformers", "5.24.0", "trl-grpo", {"trl": ("1.16.0", "error", "ok")}, "error")
-    assert not works and "stay on the lock" in none
+    first = Try({"transformers": "5.24.0", "accelerate": "1.15.0"}, "ok", {"accelerate": "ok"})
+    text, works = order_text("transformers", "trl-grpo", [first], None)
+    assert works and text == "Move accelerate to 1.15.0 first (trl-grpo trains with it on the baseline); then transformers 5.24.0 trains"
+    both = Try(
+        {"transformers": "5.24.0", "trl": "1.16.0", "accelerate": "1.15.0"},
+        "ok",
+        {"trl": "cannot install: trl 1.16.0 requires accelerate>=1.10.1", "accelerate": "ok"},
+    )
+    text, _ = order_text("transformers", "trl-grpo", [both, Try({"transformers": "5.24.0", "peft": "1.0"}, "error", {"peft": "ok"})], None)
+    assert text == (
+        "Move accelerate to 1.15.0 first (trl-grpo trains with it on the baseline); then move transformers to 5.24.0 together with trl 1.16.0 "
+        "(trl 1.16.0 on the baseline: cannot install: trl 1.16.0 requires accelerate>=1.10.1); together they train"
+    )
+    none, works = order_text("transformers", "trl-grpo", [Try({"transformers": "5.24.0", "trl": "1.16.0"}, "error", {})], "error")
+    assert not works and none == "No upgrade order found (transformers 5.24.0 + trl 1.16.0 (error)): stay on the lock"
 
 
 def _rec(scenario: str, klass: str, expect: str | None = None, env: Environment | None = None) -> Record:
@@ -148,7 +157,9 @@ def test_watch_finds_the_break_bisects_it_and_the_order(watched: tuple[Spec, Wat
     assert (reg.bisection.before, reg.bisection.first) == ("4.52.4", "4.53.0")
     assert reg.bisection.kinds == [("4.53.0", "error"), ("5.0.0", "missing_module")]
     order = next(o for o in w.orders if o.axis == "transformers")
-    assert order.works and order.text.startswith("move trl to 1.16.0 (with accelerate 1.15.0, which it requires) together with transformers 5.24.0"), order.text
+    assert order.works and order.text.startswith(
+        "Move accelerate to 1.15.0 first (trl-grpo trains with it on the baseline); then move transformers to 5.24.0 together with trl 1.16.0 ("
+    ), order.text
     assert "trl 1.16.0 on the baseline: cannot install: trl 1.16.0 requires accelerate>=1.10.1" in order.text, "its wheel's metadata says why not first"
     trl = next(a for a in w.axes if a.axis == "trl")
     assert trl.newest is None and trl.latest == "1.16.0" and "requires accelerate>=1.4.0" in trl.ruled_out["0.19.1"], "ruled out by its wheel's metadata"
@@ -156,7 +167,7 @@ def test_watch_finds_the_break_bisects_it_and_the_order(watched: tuple[Spec, Wat
     assert not any(c.endswith("-accelerate1.15.0-trl0.18.2-cpu-py3.11/fp32-sdpa") for c in runner.runs), "an accelerate release never re-runs the built-in loop"
     text = markdown(w, reports="reports")
     assert "first release where it changes: **transformers 4.53.0** (error); 4.52.4 before it shows ok" in text
-    assert "then missing_module from transformers 5.0.0" in text and "move trl to 1.16.0 (with accelerate 1.15.0" in text
+    assert "then missing_module from transformers 5.0.0" in text and "then move transformers to 5.24.0 together with trl 1.16.0 (" in text
     assert "torch==2.13.0+cpu transformers==4.51.3 accelerate==1.2.1 trl==0.18.2" in text
     data = as_json(w, reports="reports")
     assert data["exit_code"] == 1 and data["regressions"][0]["bisection"]["first"] == "4.53.0"
