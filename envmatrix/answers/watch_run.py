@@ -191,8 +191,12 @@ def axis_releases(profile: Profile, base: Environment, axis: str, metadata: Meta
     watched.newest = beyond[lo] if lo >= 0 else None
     watched.newer = [r for r in beyond[: lo + 1] if r in (watched.newest,) or why_not(r, read=False) is None]
     if watched.newest is None:
-        unreachable = f" ({'; '.join(f'{k}: {v}' for k, v in listing.problems.items())})" if listing.problems else ""
-        watched.problem = f"no release beyond {baseline} installs with the rest of the baseline{unreachable}"
+        unreachable = f" (not reachable: {'; '.join(f'{k}: {v}' for k, v in listing.problems.items())})" if listing.problems else ""
+        if beyond:
+            newest = f"{beyond[-1]}: {watched.ruled_out.get(beyond[-1])}"
+            watched.problem = f"none of the {len(beyond)} releases beyond {baseline} installs with the rest of the baseline ({newest})"
+        else:
+            watched.problem = f"no release beyond {baseline} on the indexes{unreachable}"
     return watched
 
 
