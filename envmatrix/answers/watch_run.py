@@ -211,6 +211,9 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
     scenarios = list(profile.scenarios)
     w = Watch(req.profile, req.gpu, base, scenarios)
     console.print(f"baseline {escape(base.id)}: {', '.join(scenarios)}")
+    if req.backend == "host":
+        _check_host_is_baseline(base)
+        w.notes.append("host backend: only the baseline ran (in this interpreter); the releases beyond it need the venv or docker backend")
     w.baseline = cells.run(base, scenarios)
     if all(untestable(r) for r in w.baseline.values()):
         first = next(iter(w.baseline.values()))
@@ -219,6 +222,8 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
     for axis in names:
         watched = axis_releases(profile, base, axis, metadata)
         w.axes.append(watched)
+        if req.backend == "host":
+            continue  # this interpreter is the baseline: the releases beyond it are listed, never run in it
         if watched.newest is None:
             console.print(f"{axis} {watched.baseline}: {escape(watched.problem or '')}")
             continue
@@ -228,6 +233,8 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
     if all(a.problem and a.problem.startswith("no index answered") for a in w.axes):
         raise BackendError("no index answered for any axis: " + "; ".join(f"{a.axis}: {a.problem}" for a in w.axes) + "; check pip's index settings")
     newest = {a.axis: a.latest for a in w.axes if a.latest}
+    if req.backend == "host":
+        newest = {}
     if len(newest) > 1:
         w.all_newest_env = with_axis(base, {k: str(v) for k, v in newest.items()})
         console.print(f"all newest together: {escape(w.all_newest_env.id)}")
@@ -240,6 +247,19 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
             w.orders.append(_order(w, spec, reg, cells, metadata, console))
     w.ran, w.cached, w.seconds = cells.ran, cells.cached, round(time.monotonic() - start, 1)
     return w
+
+
+def _check_host_is_baseline(base: Environment) -> None:
+    """The host backend runs every cell in this interpreter: watch takes it only where this interpreter is the baseline."""
+    from ..host.gpus import detect_gpus
+    from .doctor import installed_environment
+
+    here = installed_environment(detect_gpus(), [name for name, _ in base.packages])
+    if here != base:
+        raise InputError(
+            f"--backend host runs the cells in this interpreter, which is {here.id}, not the baseline {base.id}: "
+            "run watch with the venv or docker backend, or from the environment init --current read"
+        )
 
 
 def _regressions(w: Watch, spec: Spec) -> None:
