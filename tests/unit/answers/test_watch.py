@@ -257,3 +257,12 @@ def test_the_newest_that_installs_is_bisected_over_metadata(watched: tuple[Spec,
     trl = next(a for a in w.axes if a.axis == "trl")
     assert trl.newest == "2.19.0" and trl.latest == "2.39.0" and len(reads) <= 7, reads
     assert "2.39.0" in trl.ruled_out and trl.newer[-1] == "2.19.0"
+
+
+def test_the_host_backend_only_where_this_interpreter_is_the_baseline(watched: tuple[Spec, WatchRequest, FakeRunner]) -> None:
+    from rich.console import Console
+
+    spec, request, runner = watched
+    with pytest.raises(InputError, match="--backend host runs the cells in this interpreter"):
+        run_watch(spec, dataclasses.replace(request, backend="host"), Console(quiet=True))
+    assert runner.runs == [], "nothing ran"
