@@ -65,7 +65,8 @@ class AxisWatch:
 
     axis: str
     baseline: str
-    newer: list[str] = field(default_factory=list)  # installable releases beyond the baseline, oldest first
+    listed: int = 0  # releases beyond the baseline on the indexes (for this Python)
+    newer: list[str] = field(default_factory=list)  # releases up to `newest` not ruled out: the bisection's range
     ruled_out: dict[str, str] = field(default_factory=dict)  # release → why it cannot install (catalog, metadata)
     newest: str | None = None  # the newest that installs with everything else at the baseline
     latest: str | None = None  # the newest on the index for this Python, even if it needs other axes moved

@@ -166,6 +166,7 @@ def axis_releases(profile: Profile, base: Environment, axis: str, metadata: Meta
         return watched
     beyond = [r for r in listing.versions(python=base.python) if Version(r) > Version(baseline)]
     watched.latest = beyond[-1] if beyond else None
+    watched.listed = len(beyond)
     reads = [0]
 
     def why_not(release: str, *, read: bool = True) -> str | None:
@@ -227,7 +228,7 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
         if watched.newest is None:
             console.print(f"{axis} {watched.baseline}: {escape(watched.problem or '')}")
             continue
-        console.print(f"{axis}: {len(watched.newer)} releases beyond {watched.baseline}; trying the newest, {watched.newest}")
+        console.print(f"{axis}: {watched.listed} releases beyond {watched.baseline}; trying the newest that installs on the baseline, {watched.newest}")
         affected = [s for s in scenarios if affects(axis, spec.scenarios[s])]
         watched.records = cells.run(with_axis(base, {axis: watched.newest}), affected)
     if all(a.problem and a.problem.startswith("no index answered") for a in w.axes):

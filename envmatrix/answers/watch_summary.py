@@ -72,7 +72,7 @@ def markdown(w: Watch, *, reports: str) -> str:
     ]
     for a in w.axes:
         shown = ", ".join(_shown(r) for r in a.records.values()) or printable(a.problem or "no scenario depends on it")
-        lines.append(f"| {a.axis} | {a.baseline} | {len(a.newer) + len(a.ruled_out)} | {a.latest or '-'} | {a.newest or '-'} | {shown} |")
+        lines.append(f"| {a.axis} | {a.baseline} | {a.listed} | {a.latest or '-'} | {a.newest or '-'} | {shown} |")
     ruled = [f"{a.axis} {r}: {printable(a.ruled_out[r])}" for a in w.axes for r in sorted(a.ruled_out, key=Version, reverse=True)[:3]]
     if ruled:
         lines += ["", "Ruled out before any run (catalog or package metadata), the newest three per axis:", *[f"- {r}" for r in ruled]]
