@@ -135,6 +135,7 @@ def as_json(w: Watch, *, reports: str) -> dict[str, Any]:
             {
                 "axis": a.axis,
                 "baseline": a.baseline,
+                "listed": a.listed,
                 "newer": a.newer,
                 "newest": a.newest,
                 "latest": a.latest,
