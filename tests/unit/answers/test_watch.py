@@ -266,3 +266,25 @@ def test_the_host_backend_only_where_this_interpreter_is_the_baseline(watched: t
     with pytest.raises(InputError, match="--backend host runs the cells in this interpreter"):
         run_watch(spec, dataclasses.replace(request, backend="host"), Console(quiet=True))
     assert runner.runs == [], "nothing ran"
+
+
+def test_evidence_from_logs_cannot_become_markup(watched: tuple[Spec, WatchRequest, FakeRunner]) -> None:
+    from envmatrix.answers.watch_summary import _code
+
+    hostile = "x ``` <script>alert(1)</script> [link](http://evil) \x1b[2J\u202e done"
+    code = _code(hostile)
+    assert code.startswith("```` ") and code.endswith(" ````") and "\x1b" not in code and "\u202e" not in code
+    assert _code("a\nb\r\nc") == "` a b c `"
+
+
+def test_cli_watch_exit_statuses(tmp_path: Path, watched: tuple[Spec, WatchRequest, FakeRunner], capsys: pytest.CaptureFixture[str]) -> None:
+    from envmatrix.cli import main
+
+    spec, request, _ = watched
+    path = Path(spec.path)
+    assert main(["watch", "--file", str(path), "--profile", "nope"]) == 2
+    assert "no profile 'nope'" in capsys.readouterr().err
+    summary = tmp_path / "summary.md"
+    code = main(["watch", "--file", str(path), "--reports", str(request.reports), "--venvs", str(request.venvs), "--summary", str(summary), "--format", "json"])
+    data = __import__("json").loads(capsys.readouterr().out)
+    assert code == 1 == data["exit_code"] and summary.read_text().startswith("# envmatrix watch: profile `stack` on cpu")

@@ -336,3 +336,16 @@ def test_scheduled_watch_script_keeps_the_status_and_calls_gh_on_a_regression(ma
 def test_bad_schedules_are_refused(matrix: Callable[..., Path], schedule: str) -> None:
     with pytest.raises(InputError, match="not a cron schedule"):
         watch_job_for(matrix, schedule)
+
+
+def test_cli_schedule(matrix: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = matrix(with_scheduler())
+    assert main(["submit", "github", "--schedule", "0 6 * * 1", "--file", str(path), "--profile", "gpu", "--gpu", "H20", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "# ---- envmatrix-watch-gpu.yml" in out and "runs-on:\n    - self-hosted\n    - 8-gpu-h20" in out
+    assert main(["submit", "k8s", "--schedule", "0 6 * * 1", "--file", str(path), "--profile", "gpu"]) == 2
+    assert main(["submit", "github", "--schedule", "0 6 * * 1", "--file", str(path), "--profile", "gpu"]) == 2, "two GPU types: name one"
+    out_dir = tmp_path / "out"
+    assert main(["submit", "slurm", "--schedule", "0 6 * * 1", "--file", str(path), "--profile", "gpu", "--gpu", "A100", "--out", str(out_dir),
+                 "--reports", str(tmp_path / "reports")]) == 0  # fmt: skip
+    assert (out_dir / "watch.sh").is_file() and (out_dir / "watch.scrontab").is_file() and (tmp_path / "reports" / "slurm-logs").is_dir()
