@@ -175,8 +175,8 @@ def axis_releases(profile: Profile, base: Environment, axis: str, metadata: Meta
             reads[0] += 1
         reasons = metadata.reasons(profile, with_axis(base, {axis: release}))
         if reasons:
-            watched.ruled_out[release] = reasons[0]
-        return reasons[0] if reasons else None
+            watched.ruled_out[release] = "; ".join(reasons)
+        return watched.ruled_out[release] if reasons else None
 
     # The newest that installs: the newest itself, else a bisection over the releases' metadata (a release needs
     # what the one before it needed, or more), so an axis with a hundred releases reads about seven.

@@ -82,7 +82,8 @@ def markdown(w: Watch, *, reports: str) -> str:
     if not w.broken:
         lines.append("Nothing: every newer release tried shows the baseline's outcomes.")
     for reg in w.regressions:
-        verb = "stops training" if reg.broke else "changes (fixed)"
+        expect = w.baseline[reg.scenario].expect
+        verb = ("no longer shows " + expect if expect else "stops training") if reg.broke else "is fixed"
         at = w.base.axes().get(reg.axis) or w.base.package(reg.axis)
         lines.append(f"### {reg.axis}: {reg.scenario} {verb} ({reg.baseline_outcome} at {at}, {reg.newest_outcome} at {reg.newest})")
         lines.append("")
@@ -114,7 +115,7 @@ def markdown(w: Watch, *, reports: str) -> str:
     lines += ["## The lock to stay on", ""]
     lines.append(f"{'Vetted' if vetted else 'Not vetted'} ({len(w.baseline)} cells): `{' '.join(pins(w.base))}`")
     lines.append(f"Hashed lock: `envmatrix lock {env_id} --results {reports}/results`")
-    lines += ["", f"{w.ran} cells ran, {w.cached} were recorded before; {w.seconds} s. Records: `{reports}/results`."]
+    lines += ["", f"{w.ran} cells ran, {w.cached} were already recorded (cells are never run twice); {w.seconds} s. Records: `{reports}/results`."]
     for note in w.notes:
         lines.append(f"Note: {printable(note)}")
     return "\n".join(lines) + "\n"
