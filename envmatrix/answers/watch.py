@@ -72,6 +72,7 @@ class AxisWatch:
     latest: str | None = None  # the newest on the index for this Python, even if it needs other axes moved
     records: dict[str, Record] = field(default_factory=dict)  # scenario → its record with the axis at newest
     problem: str | None = None  # the index could not be asked, or nothing beyond the baseline
+    unreachable: bool = False  # no index answered for it
 
 
 @dataclass

@@ -162,6 +162,7 @@ def axis_releases(profile: Profile, base: Environment, axis: str, metadata: Meta
     local, extra = torch_sources(base.cuda) if dist == "torch" else (None, [])
     listing = list_releases(dist, local=local, extra=extra)
     if not listing.reachable:
+        watched.unreachable = True
         watched.problem = "no index answered: " + "; ".join(f"{k}: {v}" for k, v in listing.problems.items())
         return watched
     beyond = [r for r in listing.versions(python=base.python) if Version(r) > Version(baseline)]
@@ -190,7 +191,7 @@ def axis_releases(profile: Profile, base: Environment, axis: str, metadata: Meta
         else:
             hi = mid
     watched.newest = beyond[lo] if lo >= 0 else None
-    watched.newer = [r for r in beyond[: lo + 1] if r in (watched.newest,) or why_not(r, read=False) is None]
+    watched.newer = [r for r in beyond[: lo + 1] if r == watched.newest or why_not(r, read=False) is None]
     if watched.newest is None:
         unreachable = f" (not reachable: {'; '.join(f'{k}: {v}' for k, v in listing.problems.items())})" if listing.problems else ""
         if beyond:
@@ -211,31 +212,28 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
     metadata = Metadata(req.venvs.parent / "cache" / "package-metadata.json")
     scenarios = list(profile.scenarios)
     w = Watch(req.profile, req.gpu, base, scenarios)
-    console.print(f"baseline {escape(base.id)}: {', '.join(scenarios)}")
     if req.backend == "host":
         _check_host_is_baseline(base)
         w.notes.append("host backend: only the baseline ran (in this interpreter); the releases beyond it need the venv or docker backend")
+    names = [a for a in RELEASE_AXES if base.axes()[a] != "none"] + [p for p, v in base.packages if v != "none"]
+    w.axes = [axis_releases(profile, base, axis, metadata) for axis in names]
+    if all(a.unreachable for a in w.axes):
+        raise BackendError("no index answered for any axis: " + "; ".join(f"{a.axis}: {a.problem}" for a in w.axes) + "; check pip's index settings")
+    console.print(f"baseline {escape(base.id)}: {', '.join(scenarios)}")
     w.baseline = cells.run(base, scenarios)
     if all(untestable(r) for r in w.baseline.values()):
         first = next(iter(w.baseline.values()))
         raise BackendError(f"the baseline environment {base.id} could not be made ({first.klass}: {first.outcome.evidence[:300]}); see {first.log.path}")
-    names = [a for a in RELEASE_AXES if base.axes()[a] != "none"] + [p for p, v in base.packages if v != "none"]
-    for axis in names:
-        watched = axis_releases(profile, base, axis, metadata)
-        w.axes.append(watched)
-        if req.backend == "host":
-            continue  # this interpreter is the baseline: the releases beyond it are listed, never run in it
+    if req.backend == "host":  # this interpreter is the baseline: the releases beyond it are listed, never run in it
+        return _done(w, cells, start)
+    for watched in w.axes:
         if watched.newest is None:
-            console.print(f"{axis} {watched.baseline}: {escape(watched.problem or '')}")
+            console.print(f"{watched.axis} {watched.baseline}: {escape(watched.problem or '')}")
             continue
-        console.print(f"{axis}: {watched.listed} releases beyond {watched.baseline}; trying the newest that installs on the baseline, {watched.newest}")
-        affected = [s for s in scenarios if affects(axis, spec.scenarios[s])]
-        watched.records = cells.run(with_axis(base, {axis: watched.newest}), affected)
-    if all(a.problem and a.problem.startswith("no index answered") for a in w.axes):
-        raise BackendError("no index answered for any axis: " + "; ".join(f"{a.axis}: {a.problem}" for a in w.axes) + "; check pip's index settings")
+        console.print(f"{watched.axis}: {watched.listed} releases beyond {watched.baseline}; trying the newest that installs on the baseline, {watched.newest}")
+        affected = [s for s in scenarios if affects(watched.axis, spec.scenarios[s])]
+        watched.records = cells.run(with_axis(base, {watched.axis: watched.newest}), affected)
     newest = {a.axis: a.latest for a in w.axes if a.latest}
-    if req.backend == "host":
-        newest = {}
     if len(newest) > 1:
         w.all_newest_env = with_axis(base, {k: str(v) for k, v in newest.items()})
         console.print(f"all newest together: {escape(w.all_newest_env.id)}")
@@ -246,6 +244,10 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
     for reg in _to_bisect(w):
         if reg.broke:
             w.orders.append(_order(w, spec, reg, cells, metadata, console))
+    return _done(w, cells, start)
+
+
+def _done(w: Watch, cells: Cells, start: float) -> Watch:
     w.ran, w.cached, w.seconds = cells.ran, cells.cached, round(time.monotonic() - start, 1)
     return w
 
