@@ -3,6 +3,7 @@ mirrors and find-links folders, as pip's settings name them."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import threading
@@ -136,3 +137,40 @@ def test_abi3_and_sdists_fit() -> None:
 def test_html_parser_keeps_data_attributes() -> None:
     files = parse_html('<a href="x-1.0.tar.gz" data-requires-python="&gt;=3.8" data-core-metadata="sha256=ab">x</a><a>no href</a>', "https://i/simple/x/")
     assert files == [{"filename": "x-1.0.tar.gz", "url": "https://i/simple/x/x-1.0.tar.gz", "requires-python": ">=3.8", "yanked": False, "core-metadata": True}]
+
+
+class Hostile(http.server.BaseHTTPRequestHandler):
+    """An index that answers a huge page, JSON that is not a project page, bytes that are not JSON, or a redirect loop."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/loop"):
+            self.send_response(302)
+            self.send_header("Location", "/loop" + self.path)
+            self.end_headers()
+            return
+        kind = "application/vnd.pypi.simple.v1+json"
+        body = {"/huge/x/": b"[" * (65 << 20), "/notpage/x/": b'{"files": 3}', "/garbage/x/": b"\xff\xfe{{{"}.get(self.path, b"")
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_hostile_indexes_are_problems_not_crashes() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        indexes = tuple(f"{base}/{name}" for name in ("notpage", "garbage", "loop"))
+        listing = list_releases("x", PipSettings(f"{base}/huge", indexes, ()))
+        assert listing.versions() == [] and not listing.reachable
+        assert set(listing.problems) == {f"{base}/huge", *indexes}
+        assert "more than 64 MiB" in listing.problems[f"{base}/huge"]
+    finally:
+        server.shutdown()
+        server.server_close()
