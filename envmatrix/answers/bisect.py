@@ -83,8 +83,12 @@ class _Search:
         return self.out.tried[release]
 
     def boundary(self, lo: int, hi: int) -> tuple[int, int]:
-        """Narrow [lo, hi], where lo shows its outcome and hi another, to adjacent testable releases."""
+        """Narrow [lo, hi], where lo shows its outcome and hi another, to adjacent testable releases; releases already
+        tried in between narrow it first (the walk over kinds reuses the first search's runs)."""
         same = self.run(self.releases[lo])
+        known = {i: self.out.tried[r] for i, r in enumerate(self.releases) if lo < i < hi and r in self.out.tried}
+        hi = min((i for i, o in known.items() if o != same and o not in UNTESTABLE), default=hi)
+        lo = max((i for i, o in known.items() if o == same and i < hi), default=lo)
         while True:
             candidates = [i for i in range(lo + 1, hi) if self.releases[i] not in self.out.skipped]
             if not candidates:
