@@ -52,9 +52,9 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def read_json_bounded(path: Path, limit: int, kind: str, error: type[InputError] = InputError) -> Any:
-    """The JSON value in an untrusted file: a regular file of at most `limit` bytes holding JSON; otherwise
-    `error` naming the path and why (`kind` says what the file should be: "a record", "a probe result")."""
+def read_bytes_bounded(path: Path, limit: int, kind: str, error: type[InputError] = InputError) -> bytes:
+    """The bytes of an untrusted file: a regular file of at most `limit` bytes; otherwise `error` naming the
+    path and why (`kind` says what the file should be: "a record", "a probe result")."""
     try:
         info = path.stat()
     except OSError as exc:
@@ -66,8 +66,17 @@ def read_json_bounded(path: Path, limit: int, kind: str, error: type[InputError]
     try:
         with path.open("rb") as fh:
             raw = fh.read(limit + 1)
-        return json.loads(raw)
     except OSError as exc:
         raise error(f"{path}: cannot be read ({exc.strerror})") from None
+    if len(raw) > limit:  # it grew since stat
+        raise error(f"{path}: larger than {kind} can be ({limit})")
+    return raw
+
+
+def read_json_bounded(path: Path, limit: int, kind: str, error: type[InputError] = InputError) -> Any:
+    """The JSON value in an untrusted file (`read_bytes_bounded`), or `error` when it is not JSON."""
+    raw = read_bytes_bounded(path, limit, kind, error)
+    try:
+        return json.loads(raw)
     except (ValueError, RecursionError):
         raise error(f"{path}: not JSON (torn or not {kind})") from None

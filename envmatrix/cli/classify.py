@@ -8,6 +8,7 @@ import sys
 
 from ..errors import InputError
 from ..verdict.classify import RunFacts, classify
+from ..verdict.evidence import facts
 from ..verdict.logscan import scan_stream
 from . import options
 
@@ -39,7 +40,7 @@ def handle(args: argparse.Namespace) -> int:
             raise InputError(f"{args.log}: cannot read the log: {exc.strerror or exc}; pass a readable file or - for standard input") from None
     verdict = classify(RunFacts(scan=scan, exit_code=args.exit_code))
     if args.format == "json":
-        print(json.dumps({**verdict.as_dict(), "lines": scan.lines, "bytes": scan.size}, indent=2))
+        print(json.dumps({**verdict.as_dict(), "facts": facts(scan), "lines": scan.lines, "bytes": scan.size}, indent=2))
     else:
         print(f"class:    {verdict.outcome}")
         print(f"evidence: {verdict.evidence}")

@@ -1,4 +1,9 @@
-"""GitHub Actions: a workflow with one job per (GPU type, shard) on labelled self-hosted runners, then a report job."""
+"""GitHub Actions: a workflow with one job per (GPU type, shard) on labelled self-hosted runners, then a report job.
+
+Each shard signs its records where they ran: it publishes them as a site (whose test-result.json is the
+in-toto Test Result predicate over them) and, where the runner has an OIDC identity, GitHub's attest
+action signs every record file keyless (Sigstore); `gh attestation verify` checks a record later.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,14 @@ from typing import Any
 
 import yaml
 
+from ..share.statement import TEST_RESULT
 from . import Fanout, WatchJob, issue_script, quote
+
+#: Sets the step output `available` to whether the job can mint an OIDC token (GitHub sets this variable only then).
+OIDC_CHECK = (
+    'if [ -n "${ACTIONS_ID_TOKEN_REQUEST_URL:-}" ]; then echo "available=true" >> "$GITHUB_OUTPUT"; '
+    'else echo "available=false" >> "$GITHUB_OUTPUT"; echo "::notice::no OIDC identity on this runner: its records stay unsigned"; fi'
+)
 
 
 def matrix_include(f: Fanout) -> list[dict[str, Any]]:
@@ -25,15 +37,27 @@ def workflow(f: Fanout) -> dict[str, Any]:
     run = quote(["envmatrix", "run", "--shard", "SHARD", "--gpu", "GPU", *f.run_args])
     run = run.replace(" SHARD ", ' "$SHARD" ').replace(" GPU", ' "$GPU"', 1)
     results = f"{f.reports}/results"
+    site = f"{f.reports}/site"
+    publish = quote(["envmatrix", "publish", "--results", results, "--out", site])
     shard_job = {
         "name": "${{ matrix.gpu }} shard ${{ matrix.shard }}",
         "runs-on": "${{ matrix.labels }}",
         "strategy": {"fail-fast": False, "max-parallel": max(f.throttle(j) for j in f.jobs), "matrix": {"include": matrix_include(f)}},
         "env": {"SHARD": "${{ matrix.shard }}", "GPU": "${{ matrix.gpu }}"},
+        # id-token mints the OIDC token Sigstore's certificate is issued for; attestations stores the signature.
+        "permissions": {"contents": "read", "id-token": "write", "attestations": "write"},
         "steps": [
             {"uses": "actions/checkout@v4"},
             {"name": "install envmatrix", "run": install},
             {"name": "run this shard", "run": run},
+            {"name": "publish this shard's records", "id": "publish", "if": "always()", "run": publish},
+            {"name": "does this runner have an OIDC identity", "id": "oidc", "if": "always()", "run": OIDC_CHECK},
+            {
+                "name": "sign the records keyless (verify: gh attestation verify RECORD --repo OWNER/REPO --predicate-type " + TEST_RESULT + ")",
+                "if": "always() && steps.publish.outcome == 'success' && steps.oidc.outputs.available == 'true'",
+                "uses": "actions/attest@v2",
+                "with": {"subject-path": f"{site}/records/*.json", "predicate-type": TEST_RESULT, "predicate-path": f"{site}/test-result.json"},
+            },
             {
                 "name": "upload this shard's records",
                 "if": "always()",
@@ -51,6 +75,7 @@ def workflow(f: Fanout) -> dict[str, Any]:
             {"name": "install envmatrix", "run": install},
             {"uses": "actions/download-artifact@v4", "with": {"pattern": "records-*", "path": results, "merge-multiple": True}},
             {"name": "render the merged report", "run": quote(["envmatrix", "report", "--results", results, "--out", f.reports])},
+            {"name": "publish the merged site (the records as the shards signed them)", "run": publish},
             {"uses": "actions/upload-artifact@v4", "with": {"name": "envmatrix-report", "path": f.reports}},
         ],
     }

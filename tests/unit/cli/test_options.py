@@ -136,7 +136,7 @@ def test_catalog_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_classify_json_and_its_alias(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "train.log"
-    log.write_text("{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0}\n")
+    log.write_text("{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0}\n" * 2)
     outputs = []
     for flag in (["--format", "json"], ["--json"]):
         assert main(["classify", str(log), *flag]) == 0
