@@ -196,6 +196,15 @@ def gpu_from_smi_name(smi_name: str) -> str | None:
     return None
 
 
+def cuda_from_tag(tag: str) -> str | None:
+    """A torch build's local tag as the cuda axis: `cu128` → `12.8`, `cu118` → `11.8`, `cpu` → `none`; None
+    for a tag that names no build (`rocm6.2`, `xpu`, or nothing)."""
+    if tag == "cpu":
+        return "none"
+    digits = tag.removeprefix("cu")
+    return f"{digits[:-1]}.{digits[-1]}" if tag.startswith("cu") and digits.isdigit() and len(digits) >= 2 else None
+
+
 def minor(version: str) -> str:
     """`2.5.1` → `2.5`."""
     release = Version(version).release

@@ -304,3 +304,75 @@ def test_run_of_an_empty_shard_does_nothing_and_succeeds(matrix: Callable[..., P
     args = ["run", "--file", str(matrix()), "--profile", "cpu", "--gpu", "cpu", "--backend", "host", "--reports", str(tmp_path / "r"), "--shard", "3/3"]
     assert main(args) == 0
     assert "nothing to do in this shard" in capsys.readouterr().out and not (tmp_path / "r").exists()
+
+
+# ---- the scheduled watch ---------------------------------------------------------------------------------
+
+
+def watch_job_for(matrix: Callable[..., Path], schedule: str = "0 6 * * 1") -> Any:
+    from envmatrix.submit import watch_job
+
+    spec = load(matrix(with_scheduler()))
+    return watch_job(spec, "gpu", "A100", schedule, watch_args=["--file", "matrix.yaml", "--backend", "docker", "--reports", "reports"], reports="reports")
+
+
+def test_scheduled_watch_workflow_passes_actionlint(matrix: Callable[..., Path]) -> None:
+    job = watch_job_for(matrix)
+    text = github.render_watch(job)
+    problems = [p for p in actionlint(text) if not (p["kind"] == "runner-label" and any(f'"{label}"' in p["message"] for label in job.target.labels))]
+    assert problems == [], problems
+    flow = yaml.safe_load(text)
+    assert flow["on"]["schedule"] == [{"cron": "0 6 * * 1"}] and flow["permissions"] == {"contents": "read", "issues": "write"}
+    watch = flow["jobs"]["watch"]
+    assert watch["runs-on"] == ["self-hosted", "linux", "a100"]
+    run = watch["steps"][2]["run"]
+    assert "envmatrix watch --profile gpu --gpu A100 --file matrix.yaml" in run and '>> "$GITHUB_STEP_SUMMARY"' in run
+    issue = watch["steps"][3]
+    assert issue["if"] == "steps.watch.outputs.status == '1'" and issue["env"]["GH_TOKEN"] == "${{ github.token }}"
+    assert "gh issue create --title" in issue["run"] and 'gh issue comment "$number"' in issue["run"]
+
+
+def test_scheduled_watch_for_slurm_is_a_script_and_a_scrontab_entry(matrix: Callable[..., Path], tmp_path: Path) -> None:
+    job = watch_job_for(matrix, "30 2 * * MON-FRI")
+    files = slurm.watch_files(job, folder=str(tmp_path), cwd="/home/me/my project", python="/opt/py/bin/python")
+    scron = files["watch.scrontab"].splitlines()
+    assert "#SCRON --partition=gpu-a100" in scron and "#SCRON --gres=gpu:a100:8" in scron and "#SCRON --constraint=a100&nvlink" in scron
+    assert f"30 2 * * MON-FRI bash {tmp_path}/watch.sh" in scron
+    assert subprocess.run(["bash", "-n"], input=files["watch.sh"], text=True, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("status", [0, 1, 3])
+def test_scheduled_watch_script_keeps_the_status_and_calls_gh_on_a_regression(matrix: Callable[..., Path], tmp_path: Path, status: int) -> None:
+    """The script run for real with `python` and `gh` replaced by recording stand-ins on PATH."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "fake-python").write_text(f"#!/bin/bash\nmkdir -p reports && echo '# summary' > reports/watch-summary.md\nexit {status}\n")
+    (bin_ / "gh").write_text(f'#!/bin/bash\necho "$@" >> {tmp_path}/gh.calls\n')
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    job = watch_job_for(matrix)
+    script = slurm.watch_files(job, folder=str(tmp_path), cwd=str(tmp_path), python="fake-python")["watch.sh"]
+    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "GH_REPO": "team/stack"}
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == status and "# summary" in done.stdout
+    calls = (tmp_path / "gh.calls").read_text().splitlines() if (tmp_path / "gh.calls").exists() else []
+    assert calls[-1].startswith("issue create --title envmatrix watch: a new release breaks profile gpu on A100") if status == 1 else calls == [], calls
+
+
+@pytest.mark.parametrize("schedule", ["0 6 * *", "0 6 * * 1; reboot", "0 6 * * $(id)", "@daily", "0 6 * * 1 2"])
+def test_bad_schedules_are_refused(matrix: Callable[..., Path], schedule: str) -> None:
+    with pytest.raises(InputError, match="not a cron schedule"):
+        watch_job_for(matrix, schedule)
+
+
+def test_cli_schedule(matrix: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = matrix(with_scheduler())
+    assert main(["submit", "github", "--schedule", "0 6 * * 1", "--file", str(path), "--profile", "gpu", "--gpu", "H20", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "# ---- envmatrix-watch-gpu.yml" in out and "runs-on:\n    - self-hosted\n    - 8-gpu-h20" in out
+    assert main(["submit", "k8s", "--schedule", "0 6 * * 1", "--file", str(path), "--profile", "gpu"]) == 2
+    assert main(["submit", "github", "--schedule", "0 6 * * 1", "--file", str(path), "--profile", "gpu"]) == 2, "two GPU types: name one"
+    out_dir = tmp_path / "out"
+    assert main(["submit", "slurm", "--schedule", "0 6 * * 1", "--file", str(path), "--profile", "gpu", "--gpu", "A100", "--out", str(out_dir),
+                 "--reports", str(tmp_path / "reports")]) == 0  # fmt: skip
+    assert (out_dir / "watch.sh").is_file() and (out_dir / "watch.scrontab").is_file() and (tmp_path / "reports" / "slurm-logs").is_dir()
