@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from probes import caches
+
 from ..facts import elfarch, flashsource
 from ..host.gpus import detect_gpus
 from ..host.pipconfig import find_uv, read_pip_settings
@@ -29,6 +31,7 @@ from ..run.locking import exclusive
 from . import BuildFailed, Prepared, ProcessBackend
 
 MARKER = ".envmatrix.json"
+CACHES = ".caches"  # the environment's cache root, inside its venv (rebuilt with it)
 STEP_TIMEOUT_S = 3600
 
 
@@ -153,9 +156,10 @@ class VenvBackend(ProcessBackend):
 
 
 def _cell_env(venv: Path) -> dict[str, str]:
-    """The cells' variables: extensions compiled at first use (DeepSpeed's ops, torch's cpp_extension) go
-    into the environment's own folder, built once for all its cells and never mixed with another torch's."""
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "TORCH_EXTENSIONS_DIR": str(venv / "torch_extensions")}
+    """The cells' variables: every cache (the hub, vLLM, inductor, Triton, extensions compiled at first use
+    such as DeepSpeed's ops) in the environment's own folder (probes/caches.py), shared by its cells and
+    never by another environment's or the user's home."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", **caches.variables(venv / CACHES)}
 
 
 def _step(name: str, cmd: list[str], out: IO[bytes], env: dict[str, str] | None = None) -> None:

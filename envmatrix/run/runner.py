@@ -10,6 +10,7 @@ runners on the same cell take turns (a lock file per cell), so a record is never
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import signal
 import threading
@@ -17,7 +18,7 @@ import traceback
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -127,6 +128,30 @@ class GpuPool:
 
 #: What a runner without GPUs runs: the cpu cells.
 CPU_ONLY: Mapping[str, Sequence[int]] = {"cpu": ()}
+#: Environments prepared at once, beside the running cells: preparing the next overlaps with the cells
+#: of the ones ready (a build is mostly downloads, unpacking and bytecode compiling: one at a time).
+PREPARE_AT_ONCE = 1
+
+
+def host_cores() -> int:
+    """The cores this process may run on (its CPU affinity, a container's or a scheduler's limit)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def default_jobs(gpus: Mapping[str, Sequence[int]], cores: int | None = None) -> int:
+    """Cells at once when --jobs is not given: what the host can carry. On a GPU host, its GPUs (of the types
+    it runs; a cell takes world-size GPUs of its type); on a CPU, its cores (a cell takes one per rank, and
+    its torch threads are the cores divided between the cells)."""
+    gpu_count = sum(len(ids) for ids in gpus.values())
+    return gpu_count if gpu_count else (cores or host_cores())
+
+
+def thread_env(cores: int, jobs: int) -> dict[str, str]:
+    """The torch threads of a single-rank CPU cell when `jobs` cells share `cores` (ranks take one each)."""
+    return {"OMP_NUM_THREADS": str(max(1, cores // max(1, jobs)))}
 
 
 class Runner:
@@ -139,7 +164,7 @@ class Runner:
         backend: Backend,
         paths: Paths,
         *,
-        jobs: int = 1,
+        jobs: int | None = None,
         timeout: float = 600.0,
         rerun: bool = False,
         gpus: Mapping[str, Sequence[int]] = CPU_ONLY,
@@ -147,7 +172,9 @@ class Runner:
     ) -> None:
         self.backend = backend
         self.paths = paths
-        self.jobs = max(1, jobs)
+        self.jobs = max(1, jobs if jobs is not None else default_jobs(gpus))
+        self.cores = host_cores()
+        self.core_pool = GpuPool(range(self.cores))  # CPU cells: one core per rank, as GPU cells take GPUs
         self.timeout = timeout
         self.rerun = rerun
         self.types = {gpu: tuple(ids) for gpu, ids in gpus.items()}
@@ -244,11 +271,15 @@ class Runner:
         if missing is not None:  # the wheel cannot run here: say so before any training starts
             return self.new_record(cell, Status.DONE, decided(Outcome.UNSUPPORTED_GPU, missing, "elf_archs"), started=started, build=build_facts(ready.facts))
         gpu_ids = pool.take(cell.scenario.world_size) if pool is not None else []
+        cores = self.core_pool.take(min(cell.scenario.world_size, self.cores)) if pool is None else []
+        if pool is None:  # a CPU cell: torch's threads are its share of the cores
+            ready = replace(ready, env={**(ready.env or os.environ), **thread_env(self.cores, self.jobs)})
         try:
             record = self._execute(cell, ready, gpu_ids, started)
         finally:
             if pool is not None:
                 pool.give(gpu_ids)
+            self.core_pool.give(cores)
         return None if self.stopping.is_set() else record  # killed by Ctrl-C: leave the cell for the re-run
 
     def _execute(self, cell: Cell, ready: Prepared, gpu_ids: list[int], started: str) -> Record:
@@ -335,7 +366,11 @@ class Runner:
             TextColumn("{task.fields[tally]}"),
         )
         running: set[str] = set()
-        with Progress(*columns, console=self.console, transient=False) as progress, ThreadPoolExecutor(max_workers=self.jobs) as pool:
+        with (
+            Progress(*columns, console=self.console, transient=False) as progress,
+            ThreadPoolExecutor(max_workers=self.jobs) as pool,
+            ThreadPoolExecutor(max_workers=PREPARE_AT_ONCE) as preparer,
+        ):
             task = progress.add_task("matrix", total=len(todo), tally=self._tally())
 
             def job(cell: Cell, build: Build) -> Record | None:
@@ -348,12 +383,20 @@ class Runner:
                     with self.lock:
                         running.discard(cell.id)
 
-            futures: dict[Future[Record | None], Cell] = {pool.submit(job, c, b): c for c, b in todo}
+            # Environments are prepared in the order their cells come, PREPARE_AT_ONCE at a time; the cells of
+            # one are handed to the cell slots as soon as it is ready, while the next one is being prepared.
+            cells_of: dict[str, list[tuple[Cell, Build]]] = {}
+            for cell, build in todo:
+                cells_of.setdefault(build.build_id, []).append((cell, build))
+            ready: dict[Future[Any], str] = {preparer.submit(self.prepare, group[0][1]): bid for bid, group in cells_of.items()}
+            pending: set[Future[Any]] = set(ready)
             try:
-                pending = set(futures)
                 while pending:
                     finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for fut in finished:
+                        if fut in ready:  # an environment is ready (or failed: its cells record that)
+                            pending |= {pool.submit(job, c, b) for c, b in cells_of[ready.pop(fut)]}
+                            continue
                         record = fut.result()
                         if record is None:
                             continue
@@ -365,6 +408,7 @@ class Runner:
             except KeyboardInterrupt:
                 self.stopping.set()
                 self.backend.stop_all()
+                preparer.shutdown(wait=False, cancel_futures=True)
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise Interrupted(
                     f"interrupted: {report.ran} cells recorded this run, {report.cached} cached; "
