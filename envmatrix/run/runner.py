@@ -32,7 +32,7 @@ from ..errors import Interrupted
 from ..facts import catalog, elfarch
 from ..outputs.summary import cell_text
 from ..plan.builds import Build, builds
-from ..plan.cells import SKIPPED, Cell
+from ..plan.cells import COVERED, SKIPPED, Cell
 from ..plan.eligibility import host_reasons
 from ..records.outcomes import Outcome, Verdict, decided, glyph
 from ..records.record import (
@@ -91,6 +91,7 @@ class RunReport:
     records: list[Record] = field(default_factory=list)
     ran: int = 0
     cached: int = 0
+    covered: int = 0  # cells recorded with the outcome of the cell that ran for them (plan/cover.py)
     other_gpus: int = 0
     reaped: int = 0
     types: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the GPU types whose cells it held, and their GPUs
@@ -329,10 +330,13 @@ class Runner:
         report.other_gpus = len(cells) - len(mine)
         report.types = {gpu: ids for gpu, ids in self.types.items() if any(c.env.gpu == gpu for c in mine)}
         todo: list[tuple[Cell, Build]] = []
+        covered: list[Cell] = []
         by_build = {b.build_id: b for b in builds(mine)}
         for cell in mine:
-            record = self.cached(cell)
-            if record is not None:
+            record = self.cached(cell) if cell.status != COVERED else None
+            if cell.status == COVERED:
+                covered.append(cell)  # recorded once the cell that covers it has its record
+            elif record is not None:
                 report.records.append(record)
                 report.cached += 1
                 self.tally[record.klass] += 1
@@ -343,17 +347,40 @@ class Runner:
                 self.tally[Outcome.SKIPPED] += 1
             else:
                 todo.append((cell, by_build[cell.env.build_id]))
-        if not todo:
-            return report
-        report.reaped = len(execute.reap_orphans(self.paths.runs))
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
-        try:
-            with self.backend:
-                self._run_all(todo, report)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+        if todo:
+            report.reaped = len(execute.reap_orphans(self.paths.runs))
+            previous = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
+            try:
+                with self.backend:
+                    self._run_all(todo, report)
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+        self._record_covered(covered, report)
         return report
+
+    def _record_covered(self, covered: list[Cell], report: RunReport) -> None:
+        """A record per covered cell: the outcome of the cell that ran for it (this run's or an earlier run's
+        record), saying so; a cell whose coverer has no record here says that instead."""
+        have = {r.id: r for r in report.records}
+        for cell in covered:
+            ran = have.get(cell.covered_by)
+            if ran is None:
+                try:
+                    ran = read_record(self.record_path(cell.covered_by))
+                except RecordError:
+                    ran = None
+            if ran is None:
+                verdict = decided(Outcome.SKIPPED, f"{cell.reason}; that cell has no record here (another shard or runner runs it)", "covered")
+                record = self.new_record(cell, Status.COVERED, verdict, started=_now(), covered_by=cell.covered_by)
+                record = replace(record, control=None)
+            else:
+                said = f"as {ran.id}, which ran ({cell.reason.split(': ', 1)[-1]}): {ran.outcome.evidence}"
+                verdict = replace(ran.outcome, evidence=said)
+                record = replace(self.new_record(cell, Status.COVERED, verdict, started=_now(), covered_by=ran.id), control=ran.control)
+            write_record(self.record_path(cell.id), record)
+            report.records.append(record)
+            report.covered += 1
 
     def _run_all(self, todo: list[tuple[Cell, Build]], report: RunReport) -> None:
         columns = (

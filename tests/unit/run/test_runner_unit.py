@@ -250,3 +250,22 @@ def test_jobs_follow_what_the_host_carries() -> None:
     assert default_jobs({"cpu": ()}, cores=2) == 2
     assert default_jobs({"A100": (0, 1), "H20": (2, 3, 4)}, cores=64) == 5
     assert thread_env(16, 4) == {"OMP_NUM_THREADS": "4"} and thread_env(2, 8) == {"OMP_NUM_THREADS": "1"}
+
+
+def test_a_covered_cell_is_recorded_with_the_outcome_of_the_cell_that_ran_and_never_runs(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from envmatrix.plan.cells import COVERED
+    from envmatrix.records.record import Status
+
+    backend = FakeBackend()
+    ran, other = cells(env("4.57.6"), env("5.23.0"))
+    plan = [ran, replace(other, status=COVERED, reason=f"covered by {ran.id}: fp32-sdpa depends on no package axis", covered_by=ran.id)]
+    report = runner(tmp_path, backend).run(plan)
+    assert report.ran == 1 and report.covered == 1 and [name for name, _ in backend.ran] == ["fp32-sdpa"]
+    record = read_record(tmp_path / "results" / f"{other.id.replace('/', '__')}.json")
+    assert record.status == Status.COVERED and record.covered_by == ran.id and record.klass == "ok"
+    assert record.outcome.evidence.startswith(f"as {ran.id}, which ran")
+    # a re-run with the cell that ran cached still records the covered one
+    again = runner(tmp_path, backend).run(plan)
+    assert again.cached == 1 and again.covered == 1 and len(backend.ran) == 1
