@@ -15,6 +15,8 @@ Standard library only: it runs inside the environment under test, and envmatrix 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
@@ -53,6 +55,10 @@ FIXED: dict[str, str] = {
 CELL_OWN = ("HF_HOME",)
 #: A cell's own hub folder, under its output folder.
 CELL_HF = ".hf"
+#: A folder of compiled ops shared by environments of the same torch, deepspeed, Python and compiler (the caller
+#: names it by their hash): the first cell that needs an op builds it under a lock, the others load it
+#: (probes/engines.py). Unset: each environment compiles into its own TORCH_EXTENSIONS_DIR.
+SHARED_OPS = "ENVMATRIX_SHARED_OPS"
 
 
 def variables(root: str | os.PathLike[str], *, home: str | None = None) -> dict[str, str]:
@@ -87,3 +93,10 @@ def apply(values: Mapping[str, str], environ: MutableMapping[str, str] | None = 
 def owned(environ: Mapping[str, str]) -> dict[str, str]:
     """The cache variables (and fixed settings) of an environment mapping: what a record or a test shows."""
     return {k: environ[k] for k in (*FOLDERS, *FIXED) if k in environ}
+
+
+def shared_ops(root: str | os.PathLike[str], facts: Mapping[str, str]) -> dict[str, str]:
+    """SHARED_OPS for an environment: a folder under `root` named by the hash of what its compiled ops depend
+    on (torch's build, deepspeed, Python, the compiler, the machine), so only identical ones share it."""
+    key = hashlib.sha256(json.dumps(dict(facts), sort_keys=True).encode()).hexdigest()[:16]
+    return {SHARED_OPS: str(Path(root) / key)}
