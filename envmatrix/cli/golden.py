@@ -21,7 +21,7 @@ def add_parser(sub: options.Subparsers) -> None:
     p = sub.add_parser("golden", help="compare a run's outcomes, cell by cell, with the golden file (nox -s golden)")
     options.RESULTS.add(p)
     p.add_argument("--golden", default=DEFAULT, help=f"the golden file (default {DEFAULT})")
-    p.add_argument("--profile", default="cpu", help="the profile the golden file is of, written into it with --update (default cpu)")
+    options.PROFILE.add(p, default="cpu", note="cpu; written into the file with --update")
     p.add_argument("--update", action="store_true", help="write the golden file from the records instead (after reading every difference)")
     p.set_defaults(func=handle)
 
