@@ -350,8 +350,10 @@ class DockerBackend:
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             # exec: Docker mounts tmpfs noexec by default, and the shared libraries Triton, inductor, vLLM and
-            # torch's extensions compile into their caches (under HOME, probes/caches.py) must load from there
-            "tmpfs": {"/tmp": "exec", HOME_IN_CONTAINER: "exec"},
+            # torch's extensions compile into their caches (under HOME, probes/caches.py) must load from there.
+            # HOME is the cell user's own: over the image's folder Docker's tmpfs takes that folder's mode with
+            # root as owner (measured: mode= is not applied), which the cell could not write
+            "tmpfs": {"/tmp": "exec", HOME_IN_CONTAINER: f"exec,uid={user.split(':')[0]},gid={user.split(':')[1]}"},
             "init": True,  # a real init as PID 1: signals kill the probe as they would outside
             "shm_size": "2g",
             "ipc_mode": "private",  # whatever the engine's default-ipc-mode: no other container joins it

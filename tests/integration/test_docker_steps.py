@@ -48,10 +48,25 @@ def cell_options(client: Any, tmp_path: Path) -> dict[str, Any]:
     return {**backend._options(user, [], {}), "detach": False, "remove": True, "stdout": True, "stderr": True}
 
 
-def test_a_library_compiled_into_tmp_or_home_loads_in_a_cells_container(client: Any, tmp_path: Path) -> None:
+@pytest.fixture
+def with_user_step(client: Any) -> Any:
+    """The CPU base after the image's user step (its /home/probe exists, as in every probe image: a tmpfs over
+    an image folder is not the fresh 1777 one Docker makes where there is none)."""
+    container = client.containers.create(CPU_BASE, ["sh", "/opt/steps/user.sh"], network_disabled=True)
+    container.put_archive("/opt", steps_archive())
+    container.start()
+    container.wait(timeout=120)
+    image = container.commit(repository="envmatrix-test-user-step", tag=uuid.uuid4().hex[:12])
+    container.remove(force=True)
+    yield image
+    client.images.remove(image.id, force=True)
+
+
+def test_a_library_compiled_into_tmp_or_home_loads_in_a_cells_container(client: Any, tmp_path: Path, with_user_step: Any) -> None:
     options = cell_options(client, tmp_path)
-    out = client.containers.run(CPU_BASE, ["python3", "-c", LOAD, HOME_IN_CONTAINER], **options).decode()
-    assert f"loaded /tmp/compiled.so\nloaded {HOME_IN_CONTAINER}/compiled.so" in out
+    for image in (CPU_BASE, with_user_step.id):
+        out = client.containers.run(image, ["python3", "-c", LOAD, HOME_IN_CONTAINER], **options).decode()
+        assert f"loaded /tmp/compiled.so\nloaded {HOME_IN_CONTAINER}/compiled.so" in out
     # the check can fail: Docker's default tmpfs (noexec) refuses the same load
     from docker.errors import ContainerError
 

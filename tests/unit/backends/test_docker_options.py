@@ -47,6 +47,7 @@ def assert_locked_down(options: dict[str, Any]) -> None:
     assert env["HOME"] == "/home/probe" and all(env[name].startswith("/home/probe/") for name in caches.FOLDERS if name != "HOME")
     uid, _, gid = options["user"].partition(":")
     assert uid.isdigit() and gid.isdigit() and uid != "0"
+    assert {f"uid={uid}", f"gid={gid}"} <= set(options["tmpfs"]["/home/probe"].split(","))  # HOME is the cell user's to write
     assert options["shm_size"] == "2g" and options["ipc_mode"] == "private"
     assert options["environment"]["NCCL_SOCKET_IFNAME"] == "lo" and options["environment"]["GLOO_SOCKET_IFNAME"] == "lo"
     assert options["init"] is True and options["labels"]["envmatrix"] == "cell"
