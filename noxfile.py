@@ -64,6 +64,14 @@ def matrix(session: nox.Session) -> None:
     session.run("envmatrix", "run", *session.posargs)
 
 
+@nox.session(default=False)
+def golden(session: nox.Session) -> None:
+    """Two machines, one answer: run the cpu profile and compare every cell's outcome with the golden file."""
+    install_once(session, "-e", ".")
+    session.run("envmatrix", "run", "--profile", "cpu", "--reports", "reports/golden", *session.posargs)
+    session.run("envmatrix", "golden", "--results", "reports/golden/results", "--golden", "tests/data/golden/cpu-outcomes.json")
+
+
 @nox.session(name="gpu-check", default=False)
 def gpu_check(session: nox.Session) -> None:
     """Self-test this GPU runner in minutes: driver, container runtime, bf16, NCCL, flash-attn, kernels (exit 3 without a GPU)."""

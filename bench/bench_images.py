@@ -105,7 +105,7 @@ def pairs(matrix: Path, profile: str) -> dict[str, tuple[str, str]]:
     sources = Sources.of(spec.profiles[profile], matrix.parent)
     found: dict[str, tuple[str, str]] = {}
     for build in builds(expand(spec, profile)):
-        image, devel = base_image(build.env, sources), catalog.base_image(build.env.cuda, toolkit=True)
+        image, devel = base_image(build.env, sources), catalog.base_image(build.env.cuda, toolkit=True, python=build.env.python)
         if image is not None and devel is not None and build.env.cuda != "none":
             found.setdefault(image, (build.env.cuda, devel))
     return found

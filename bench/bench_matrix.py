@@ -1,65 +1,107 @@
-"""Matrix timings side by side: venv creation with uv and with pip, a cold and a warm run of a
-selection of the cpu profile, and an unchanged re-run (target: under 2 s).
+"""Matrix timings from the records of real runs: wall time against the work it holds and the critical path.
 
-    python bench/bench_matrix.py [--only PATTERN] [--skip-pip]
+    python bench/bench_matrix.py [--profile cpu] [--only PATTERN] [--jobs N]   # a cold run, then a warm one
+    python bench/bench_matrix.py --records REPORTS --wall SECONDS             # figures of a run made elsewhere
 
-Cold: new venvs and no records. Warm: venvs exist, records are forced (--rerun). Unchanged: every
-record is current. Figures are wall seconds of whole `envmatrix run` processes.
+Cold: new venvs and no records (uv's own cache as this user has it: say which when quoting figures).
+Warm: the venvs exist, every cell runs again (--rerun). For each: the wall seconds of the whole `envmatrix run`;
+the work, the sum of every environment's preparation and every cell's probe seconds (what one slot would take
+end to end); the critical path, the longest preparation + cell chain (no schedule can beat it); and
+wall/work (1.0: nothing overlapped; the issue's target is <= 0.6) and wall/critical path. Figures are from
+the records each run wrote, so they say what happened, machine load included: quote `uptime` beside them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from envmatrix.backends.venv import VenvBackend
-from envmatrix.plan.builds import builds
-from envmatrix.plan.expand import expand
-from envmatrix.spec.matrix import load
+from envmatrix.records.record import Record, Status, load_records
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def timed_run(*args: str) -> float:
+@dataclass(frozen=True)
+class Figures:
+    """What a run's records say about its time."""
+
+    cells: int
+    environments: int
+    prepare_s: float  # preparation seconds, environments prepared this run
+    probe_s: float  # probe seconds, cells run this run
+    critical_s: float  # the longest preparation + cell chain
+
+    @property
+    def work_s(self) -> float:
+        return self.prepare_s + self.probe_s
+
+
+def figures(records: list[Record]) -> Figures:
+    """Work and critical path from records: each environment's preparation once (where it was not reused),
+    each cell's probe seconds; the chain is an environment's preparation then its longest cell."""
+    ran = [r for r in records if r.status == Status.DONE and r.timings.probe_s is not None]
+    prepare: dict[str, float] = {}
+    longest: dict[str, float] = {}
+    for r in ran:
+        if not r.timings.prepare_reused and r.timings.prepare_s is not None:
+            prepare[r.cell.build] = max(prepare.get(r.cell.build, 0.0), r.timings.prepare_s)
+        longest[r.cell.build] = max(longest.get(r.cell.build, 0.0), r.timings.probe_s or 0.0)
+    critical = max((prepare.get(b, 0.0) + s for b, s in longest.items()), default=0.0)
+    return Figures(len(ran), len(longest), sum(prepare.values()), sum(r.timings.probe_s or 0.0 for r in ran), critical)
+
+
+def show(label: str, wall: float, f: Figures) -> None:
+    print(f"{label}: {f.cells} cells run over {f.environments} environments")
+    print(f"  wall                 {wall:8.1f} s")
+    print(f"  work (prepare+probe) {f.work_s:8.1f} s  ({f.prepare_s:.1f} + {f.probe_s:.1f})")
+    print(f"  critical path        {f.critical_s:8.1f} s")
+    if f.work_s:
+        print(f"  wall / work          {wall / f.work_s:8.2f}")
+    if f.critical_s:
+        print(f"  wall / critical path {wall / f.critical_s:8.2f}")
+
+
+def timed_run(args: list[str]) -> float:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "envmatrix", "run", "--profile", "cpu", *args], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "envmatrix", "run", *args], capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
-        sys.exit(f"envmatrix run failed ({proc.returncode}):\n{proc.stdout[-2000:]}")
+        sys.exit(f"envmatrix run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
     return time.perf_counter() - start
 
 
-def venv_seconds(use_uv: bool, tmp: Path) -> float:
-    build = builds(expand(load(ROOT / "matrix.yaml"), "cpu"))[0]
-    backend = VenvBackend(tmp / ("uv" if use_uv else "pip"), use_uv=use_uv)
-    return backend.prepare(build, tmp / "build.log").seconds
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="*tf4.57.6*/{fp32-sdpa,ctl-zero-grad,ctl-sigfpe,ddp2}")
-    parser.add_argument("--skip-pip", action="store_true", help="skip the slow pip venv (about 90 s)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--only", action="append", default=[], metavar="PATTERN", help="a selection of the profile (default: all of it)")
+    parser.add_argument("--jobs", help="cells at once (default: envmatrix's, what the host carries)")
+    parser.add_argument("--records", type=Path, help="figures of an existing run: its reports folder (with --wall)")
+    parser.add_argument("--wall", type=float, help="that run's wall seconds")
     args = parser.parse_args()
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1, 5, 15 min) on {os.cpu_count()} cores")
+    if args.records is not None:
+        if args.wall is None:
+            parser.error("--records needs --wall SECONDS")
+        show(f"run in {args.records}", args.wall, figures(load_records(args.records / "results")))
+        return
+    uv_cache = os.environ.get("UV_CACHE_DIR", "uv's default (the user's)")
+    print(f"uv cache: {uv_cache}")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        print("venv creation for one environment (torch 2.13.0+cpu, transformers, peft; bytecode compiled)")
-        print(f"  uv  {venv_seconds(True, tmp):7.1f} s")
-        if not args.skip_pip:
-            print(f"  pip {venv_seconds(False, tmp):7.1f} s")
         venvs, reports = tmp / "venvs", tmp / "reports"
-        common = ("--only", args.only, "--venvs", str(venvs), "--reports", str(reports))
-        cold = timed_run(*common)
-        warm = timed_run(*common, "--rerun")
-        unchanged = timed_run(*common)
+        common = ["--profile", args.profile, "--venvs", str(venvs), "--reports", str(reports), *(f"--only={p}" for p in args.only)]
+        common += ["--jobs", args.jobs] if args.jobs else []
+        cold = timed_run(common)
+        show("cold (new venvs, no records)", cold, figures(load_records(reports / "results")))
         shutil.rmtree(reports)
-        print(f"matrix selection {args.only!r} (venv backend)")
-        print(f"  cold (new venvs)        {cold:7.1f} s")
-        print(f"  warm (venvs exist)      {warm:7.1f} s")
-        print(f"  unchanged re-run        {unchanged:7.2f} s")
+        warm = timed_run([*common, "--rerun"])
+        show("warm (venvs exist, every cell again)", warm, figures(load_records(reports / "results")))
 
 
 if __name__ == "__main__":

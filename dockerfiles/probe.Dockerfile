@@ -15,13 +15,16 @@ ENV PIP_CERT=/etc/envmatrix/ca.crt \
     PIP_FIND_LINKS=/wheelhouse \
     PYTHONUNBUFFERED=1
 
-# Python: the base image's when it has this version (Debian bookworm: 3.11), else the distribution's package.
+# Python, the user and a compiler, by small scripts that work on any base (dockerfiles/steps/):
+# Python is the image's own, else its distribution's package, else a uv-managed CPython (the catalog says
+# which base ships which Python); uid 1000 is kept where the base has it (ubuntu 24.04), else made;
+# COMPILER=1 (install set: what compiles at run time, Triton, inductor, JIT ops) adds gcc and Python.h.
+COPY steps/ /opt/envmatrix/steps/
 ARG PYTHON=3.11
-RUN if ! command -v "python${PYTHON}" >/dev/null 2>&1; then \
-        apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-            "python${PYTHON}" "python${PYTHON}-venv" ca-certificates && rm -rf /var/lib/apt/lists/*; \
-    fi \
- && "python${PYTHON}" -m venv /opt/venv
+ARG COMPILER=0
+RUN sh /opt/envmatrix/steps/python.sh "$PYTHON" "$COMPILER" \
+ && sh /opt/envmatrix/steps/compiler.sh "$COMPILER" \
+ && sh /opt/envmatrix/steps/user.sh
 ENV PATH=/opt/venv/bin:$PATH
 
 # Mirrors: index URLs as build args (http and https only; file:// paths on the host mean nothing here).
@@ -67,10 +70,12 @@ RUN if [ "$FLASH_ATTN" != "none" ]; then \
         esac; [ -n "$got" ] && break; done; \
         [ -n "$got" ] || { echo "flash-attn $FLASH_ATTN: none of the sources [$FLASH_ATTN_SOURCES] offers $wheel" >&2; exit 1; }; \
         echo "$got" > /opt/envmatrix-flash-attn.txt; \
+        python -c "import importlib.util as u; print(u.find_spec('flash_attn_2_cuda').origin)" >> /opt/envmatrix-flash-attn.txt; \
     fi
 
-# The probe runs as an unprivileged user; its output folder is mounted at /out.
-RUN useradd --create-home --uid 1000 probe
+# The probe runs as an unprivileged user (uid 1000, or the runner's); its output folder is mounted at /out.
+# USER and LOGNAME: getpass.getuser() (torch's inductor cache names) needs no passwd entry for the uid.
 COPY probes/ /opt/envmatrix/probes/
+ENV HOME=/home/probe USER=probe LOGNAME=probe
 USER 1000
 WORKDIR /home/probe

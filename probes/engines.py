@@ -12,10 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed
+
+from probes import caches
 
 PARALLEL = ("ddp", "zero2", "zero3", "fsdp2")
 ZERO_STAGES = {"zero2": 2, "zero3": 3}
@@ -54,9 +57,68 @@ def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def use_deepspeed_on(device_type: str) -> None:
-    """DeepSpeed picks its accelerator when imported: on a CPU it must be told (it then talks gloo)."""
+    """DeepSpeed picks its accelerator when imported: on a CPU it must be told (it then talks gloo). Its ops
+    compiled at first use come from the shared folder where the backend names one."""
     if device_type == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
+    folder = os.environ.get(caches.SHARED_OPS)
+    if folder:
+        for name in SHARED_OPS:
+            shared_op(name, Path(folder))
+
+
+#: DeepSpeed's ops the engines compile at first use (on CPU: the shared-memory all-reduce, 60-80 s each time).
+SHARED_OPS = ("ShareMemCommBuilder",)
+
+
+def shared_op(builder_name: str, folder: Path) -> Any:
+    """Load one of DeepSpeed's JIT ops from `folder`, building it there first under a lock if no environment of
+    the same torch, deepspeed, Python and compiler did (the folder's name is their hash, chosen by the caller),
+    and hand it to DeepSpeed's op cache, so `builder.load()` returns it without compiling. Why by hand: torch's
+    JIT cache is keyed by the absolute paths of the sources and includes, which differ between virtualenvs, so
+    two environments with the same torch and deepspeed would compile the same op twice. None where DeepSpeed
+    has no such op for this accelerator or it cannot be built here (DeepSpeed then does what it would)."""
+    import fcntl
+    import importlib.util
+    import shutil
+
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder(builder_name)
+    if builder is None:
+        return None
+    owner = next((k for k in type(builder).__mro__ if "_loaded_ops" in vars(k)), None)
+    loaded: dict[str, Any] = vars(owner)["_loaded_ops"] if owner is not None else {}
+    if owner is None or builder.name in loaded:
+        return loaded.get(builder.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    library = folder / f"{builder.name}.so"
+    with (folder / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not library.exists():
+            if not builder.is_compatible(False):
+                return None
+            build = folder / f".build-{os.getpid()}"
+            before = os.environ.get("TORCH_EXTENSIONS_DIR")
+            os.environ["TORCH_EXTENSIONS_DIR"] = str(build)
+            try:
+                built = builder.jit_load(verbose=False)
+            finally:
+                if before is None:
+                    os.environ.pop("TORCH_EXTENSIONS_DIR", None)
+                else:
+                    os.environ["TORCH_EXTENSIONS_DIR"] = before
+            shutil.copy(built.__file__, library.with_suffix(".part"))
+            library.with_suffix(".part").replace(library)
+            shutil.rmtree(build, ignore_errors=True)
+            return built
+    spec = importlib.util.spec_from_file_location(builder.name, library)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    loaded[builder.name] = module
+    return module
 
 
 @contextlib.contextmanager

@@ -44,12 +44,25 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # run as a script: make the `probes` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from probes import grpo_smoke, ranks
+from probes import caches, grpo_smoke, ranks
 
 _PR_SET_PDEATHSIG = 1
 LEASE_WAIT_S = 600.0
-#: What the probe's start() sets before its imports; a helper imports first, so it sets them first.
-PROBE_IMPORT_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+#: What the probe's start() sets before its imports; a helper imports first, so it sets them first. And
+#: PyTorch's NVML-based availability check: transformers (4.57 with flash-attn installed) calls
+#: `torch.cuda.is_available()` at import, which otherwise initialises the CUDA driver (cuInit) while
+#: `torch.cuda.is_initialized()` stays False, and a CUDA driver never survives fork (PyTorch's
+#: torch.cuda docs; vLLM sets the same variable for the same reason).
+PROBE_IMPORT_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+}
+#: The CUDA driver API's CUDA_ERROR_NOT_INITIALIZED (cuda.h `CUresult`): what any call but cuInit answers
+#: before cuInit ran in this process.
+CUDA_ERROR_NOT_INITIALIZED = 3
 
 
 def die_with_parent() -> None:
@@ -94,7 +107,44 @@ def fork_unsafe_reason(baseline_threads: int) -> str | None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return "CUDA was initialised during the imports"
+    driver = cuda_driver_state()
+    if driver is not None:
+        return f"the CUDA driver was initialised during the imports ({driver}), though torch's own flag says not"
     return None
+
+
+def loaded_libcuda(maps: str | None = None) -> str | None:
+    """The CUDA driver library this process has loaded (from /proc/self/maps), or None."""
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            return None
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)  # address perms offset dev inode [pathname]
+        path = fields[5] if len(fields) == 6 else ""
+        if Path(path).name.startswith("libcuda.so"):
+            return path
+    return None
+
+
+def cuda_driver_state(maps: str | None = None) -> str | None:
+    """Why this process's CUDA driver counts as initialised, or None when it is not. Not torch's flag (an
+    `is_available()` initialises the driver and leaves it False) but the driver's own answer: where libcuda
+    is loaded, cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED until cuInit ran; any other answer
+    means it ran (or the state is unknown, which is unsafe to fork too). Never initialises anything."""
+    path = loaded_libcuda(maps)
+    if path is None:
+        return None
+    try:
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        count = ctypes.c_int(0)
+        code = int(lib.cuDeviceGetCount(ctypes.byref(count)))
+    except (OSError, AttributeError) as exc:
+        return f"{path} is loaded and cannot be asked: {exc}"
+    if code == CUDA_ERROR_NOT_INITIALIZED:
+        return None
+    return f"{Path(path).name} answers cuDeviceGetCount with {code} ({count.value} devices)"
 
 
 def set_cmdline(words: list[str]) -> None:
@@ -114,7 +164,7 @@ def preload() -> tuple[str | None, str | None]:
     """(error, unsafe reason): the imports once, and whether this process may fork afterwards. Where trl
     is installed its trainer is imported too; if that import fails, this process is left half-imported,
     so no cell is forked from it (each then meets the same failure in a process of its own)."""
-    os.environ.update(PROBE_IMPORT_ENV)
+    os.environ.update({k: v for k, v in PROBE_IMPORT_ENV.items() if k not in os.environ})
     try:
         import torch  # noqa: F401  (its import starts its BLAS pool: the baseline of native threads)
 
@@ -154,6 +204,10 @@ def child(request: dict[str, Any], keep_open: list[int]) -> None:
         os.close(log)
         os.close(null)
         os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        torch = sys.modules.get("torch")
+        if threads.isdigit() and int(threads) > 0 and torch is not None:  # the runner's share of the cores for this cell
+            torch.set_num_threads(int(threads))
         argv = [str(a) for a in request["argv"]]
         set_cmdline([str(w) for w in request.get("cmdline", [])])
         sys.argv = [str(request.get("argv0", "grpo_smoke.py")), *argv]
@@ -312,8 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forkserver.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--socket", required=True, help="the unix socket to serve on (created once the imports are done)")
     parser.add_argument("--room", default="", help="blank room on the command line: each child's command line is rewritten to its cell's")
+    parser.add_argument("--caches", help="the environment's cache root where the caller set none (default: beside the socket)")
     args = parser.parse_args(argv)
     die_with_parent()
+    caches.apply(caches.variables(args.caches or Path(args.socket).parent / "caches"))  # before preload() imports anything
     error, unsafe = preload()
     server = Server(args.socket, error, unsafe)
     print(f"forkserver {os.getpid()}: {'ready' if error is None else 'imports failed'}; fork {'unsafe: ' + unsafe if unsafe else 'safe'}", flush=True)

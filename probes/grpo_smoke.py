@@ -27,6 +27,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # run as a script: make the `probes` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from probes import caches
 from probes.record import ProbeInputError, Run
 
 
@@ -96,8 +97,11 @@ def start(args: argparse.Namespace) -> Run:
     """Make the output folder, keep the hub and caches inside it, and write the first result.json."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    os.environ.update(  # nothing goes to the user's home or hub cache; no hub access at all
-        HF_HOME=str(out / ".hf"),
+    # Before any library import: every cache inside the cell's folder where the backend named none
+    # (probes/caches.py), the hub folder always the cell's own; no hub access at all.
+    caches.apply(caches.variables(out / ".cache"))
+    caches.apply(caches.cell_variables(out), keep=False)
+    os.environ.update(
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",

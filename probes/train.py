@@ -203,9 +203,17 @@ def train_step(
     return rewards, loss, kl, grad_norm
 
 
-#: vLLM's CPU attention supports head sizes 32, 64, 80, ... (vllm/v1/attention/backends/cpu_attn.py); the tiny
-#: families use 16, so a vLLM cell on CPU builds the same hidden size in wider heads.
-VLLM_CPU_HEAD_DIM = 32
+#: The head size a vLLM cell's tiny model gets, whatever the device: vLLM's CPU attention supports 32, 64, 80, ...
+#: (vllm/v1/attention/backends/cpu_attn.py, 0.31); its FlashAttention backend on GPU accepts multiples of 8 up to
+#: 256 in 0.31 but listed 32, 64, 96, ... in older releases, where head size 16 falls back to FlexAttention, a
+#: path users never take. The tiny families use 16, so a vLLM cell builds the same hidden size in wider heads,
+#: one shape on every device and release: chosen for the engine, not the device.
+VLLM_HEAD_DIM = 32
+
+
+def engine_head_dim(use_vllm: bool, source: families.ModelSource) -> int | None:
+    """The head size a built-in text family is widened to for the generation engine, or None (as built)."""
+    return VLLM_HEAD_DIM if use_vllm and source.family is not None and not source.vision else None
 
 
 def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[families.ModelSource, str, Any, Any, dict[str, torch.Tensor]]:
@@ -219,8 +227,8 @@ def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[fam
             attn = name
     run.result["fault"] = {"name": args.fault, "applied": args.fault != "none" and fault_note is None, "note": fault_note}
     source = families.resolve(args.model, args.seed, shrunk=args.shrink, trust_remote_code=args.trust_remote_code)
-    if args.use_vllm and device.type == "cpu" and source.family is not None and not source.vision:
-        source = dataclasses.replace(source, head_dim=VLLM_CPU_HEAD_DIM)  # vLLM's CPU attention has no kernel for head_dim 16
+    if (head_dim := engine_head_dim(args.use_vllm, source)) is not None:
+        source = dataclasses.replace(source, head_dim=head_dim)
     run.result["model"] = {"source": source.label, "vision": source.vision, "attn": attn}
     if source.head_dim is not None:
         run.result["model"]["head_dim"] = source.head_dim

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from ..host.gpus import visible_devices
 from ..plan.builds import Build
-from ..run.execute import Completed, kill_all, probe_argv, probe_command, run_logged
+from ..run.execute import Completed, fork_refusal, kill_all, probe_argv, probe_command, run_logged
 from ..run.forkclient import LOG_NOTE, HelperPool, run_in_process_helper
 from ..spec.matrix import Scenario
 
@@ -84,8 +84,8 @@ class ProcessBackend:
         base = dict(ready.env) or None
         devices = visible_devices(gpu_ids)
         cmd = probe_command(ready.python, scenario, out)
-        note = None
-        if self.fork:
+        note = fork_refusal(scenario) if self.fork else None
+        if self.fork and note is None:
             argv = probe_argv(scenario, out)
             done = run_in_process_helper(self.helpers, ready.python, base, argv, log, ranks=scenario.world_size, timeout=timeout, overrides=devices, owner=out)
             if isinstance(done, Completed) or self.helpers.stopped:  # stopping (Ctrl-C): start nothing new

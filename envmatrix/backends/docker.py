@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import platform
 import shutil
 import signal
+import tarfile
 import tempfile
 import threading
 import time
@@ -25,29 +27,34 @@ from typing import Any
 
 import certifi
 
+from probes import caches
 from probes import source_files as probe_files
 
 from ..errors import BackendError
-from ..facts import catalog
+from ..facts import catalog, elfarch, flashsource
 from ..host.gpus import visible_devices
 from ..host.pipconfig import read_pip_settings
 from ..plan.builds import Build
 from ..plan.cells import Environment
 from ..plan.eligibility import driver_too_old
 from ..plan.install import Sources, install_set, package_pins
-from ..run.execute import Completed, probe_argv, probe_command, process_alive
+from ..run.execute import Completed, fork_refusal, probe_argv, probe_command, process_alive
 from ..run.forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, forked_launch, helper_from_hello, run_forked
 from ..spec.matrix import Scenario
 from . import BuildFailed, Prepared
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKERFILE = ROOT / "dockerfiles" / "probe.Dockerfile"
+STEPS = ROOT / "dockerfiles" / "steps"  # the image's Python, user and compiler steps (shell, any base)
 PROBE_IN_IMAGE = Path("/opt/envmatrix/probes/grpo_smoke.py")
 FORKSERVER_IN_IMAGE = PROBE_IN_IMAGE.with_name("forkserver.py")
 HELPER_DIR = "/envmatrix-helper"  # the helper's socket folder, mounted from the host
 RUNS_DIR = "/runs"  # the cells' output folders (the parent of every `out`), mounted for the helper
 CELL_LOG = ".envmatrix-cell.log"  # a forked cell's output inside its folder, moved into its log afterwards
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+HOME_IN_CONTAINER = "/home/probe"  # a tmpfs (exec) in every probe container: its HOME and cache root
+CACHES_IN_CONTAINER = f"{HOME_IN_CONTAINER}/.envmatrix-caches"
+THREAD_VARS = ("OMP_NUM_THREADS",)  # what a cell takes from the runner's environment for it (its share of the cores)
 IMAGES = "envmatrix-probe"  # the repository of the probe images: envmatrix-probe:<hash>
 
 
@@ -84,6 +91,17 @@ def _cell_user(out: Path) -> str:
         os.chown(out, uid, gid)
     out.chmod(0o700)
     return f"{uid}:{gid}"
+
+
+def _file_from(container: Any, path: str) -> bytes:
+    """One regular file's bytes out of a (created, not started) container, through the engine's archive API."""
+    stream, _ = container.get_archive(path)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = next((m for m in tar.getmembers() if m.isfile()), None)
+        handle = tar.extractfile(member) if member is not None else None
+        if handle is None:
+            raise BuildFailed(f"{path}: not a regular file in the image")
+        return handle.read()
 
 
 def _http_only(urls: tuple[str, ...]) -> list[str]:
@@ -160,6 +178,8 @@ class DockerBackend:
             "BUILD_ENV": " ".join(f"{k}={v}" for k, v in wanted.build_env),
             # dependencies left out (plan/install.py EXCLUDED_DEPENDENCIES): distribution names
             "EXCLUDES": " ".join(wanted.excludes),
+            # a compiler and Python's headers where something compiles at run time (plan/install.py RUNTIME_COMPILERS)
+            "COMPILER": "1" if wanted.compiler else "0",
         }
         if self.settings.index_url and self.settings.index_url.startswith(("http://", "https://")):
             args["PIP_INDEX_URL"] = self.settings.index_url
@@ -171,6 +191,7 @@ class DockerBackend:
     def _context(self, env: Environment, folder: Path) -> None:
         """The build context: Dockerfile, probe, CA bundle, and a wheelhouse (the CPU torch, the user's wheels)."""
         shutil.copy(DOCKERFILE, folder / "Dockerfile")
+        shutil.copytree(STEPS, folder / "steps")
         (folder / "probes").mkdir()
         for source in probe_files():
             shutil.copy(source, folder / "probes" / source.name)
@@ -194,7 +215,7 @@ class DockerBackend:
     def image_tag(self, args: dict[str, str], folder: Path) -> str:
         """`envmatrix-probe:<16 hex>` over the Dockerfile, the probe, the build args and the wheelhouse listing."""
         h = hashlib.sha256()
-        for path in (folder / "Dockerfile", *sorted((folder / "probes").iterdir()), folder / "certs" / "ca.crt"):
+        for path in (folder / "Dockerfile", *sorted((folder / "steps").iterdir()), *sorted((folder / "probes").iterdir()), folder / "certs" / "ca.crt"):
             h.update(path.name.encode() + b"\0" + path.read_bytes())
         h.update(json.dumps(args, sort_keys=True).encode())
         for wheel in sorted((folder / "wheelhouse").iterdir()):
@@ -234,6 +255,8 @@ class DockerBackend:
             "extra_index_urls": [u for u in [*_http_only(self.settings.extra_index_urls), args["TORCH_INDEX_URL"]] if u],
             "find_links": [],
         }
+        if env.flash_attn != "none":  # what the venv backend records: the file, its sha256 and origin, its GPU archs
+            facts["flash_attn"] = self._flash_facts(tag)
         return Prepared(python="python", seconds=float(str(facts["seconds"])), reused=reused, facts=facts)
 
     def _image_id(self, ref: str) -> str | None:
@@ -265,6 +288,25 @@ class DockerBackend:
                 raise BuildFailed(f"docker build failed at {step}: {exc.explanation or exc}") from None
         return self.client.images.get(tag)
 
+    def _flash_facts(self, tag: str) -> dict[str, object]:
+        """flash-attn's build facts read back from the image: the record its Dockerfile step wrote, and the
+        GPU architectures of the extension library it installed (copied out, read here with no GPU)."""
+        container = self.client.containers.create(tag, ["true"], network_disabled=True, user="1000")
+        try:
+            text = _file_from(container, flashsource.IMAGE_RECORD).decode(errors="replace")
+            try:
+                facts, library = flashsource.image_facts(text)
+            except ValueError as exc:
+                raise BuildFailed(f"flash-attn's record in {tag}: {exc}") from None
+            archs: dict[str, list[int]] = {"sass": [], "ptx": []}
+            if library is not None:
+                with tempfile.TemporaryDirectory(prefix="envmatrix-flash-") as tmp:
+                    (Path(tmp) / Path(library).name).write_bytes(_file_from(container, library))
+                    archs = elfarch.library_facts(Path(tmp), "*.so")
+            return {**facts, "gpu_archs": archs}
+        finally:
+            container.remove(force=True)
+
     def _freeze(self, tag: str) -> list[str]:
         out = self.client.containers.run(tag, ["python", "-m", "pip", "freeze"], remove=True, network_disabled=True, user="1000")
         return [line for line in out.decode().splitlines() if line.strip()]
@@ -276,14 +318,15 @@ class DockerBackend:
         user = _cell_user(out)
         log.parent.mkdir(parents=True, exist_ok=True)
         cmd = probe_command("python", scenario, Path("/out"), probe=PROBE_IN_IMAGE)
-        note = None
-        if self.fork:
+        threads = {k: v for k, v in ready.env.items() if k in THREAD_VARS}  # the runner's share of the cores
+        note = fork_refusal(scenario) if self.fork else None
+        if self.fork and note is None:
             argv = probe_argv(scenario, Path(RUNS_DIR) / out.name)
-            done = self._run_forked(ready, argv, scenario.world_size, out, log, timeout=timeout, gpu_ids=gpu_ids, user=user)
+            done = self._run_forked(ready, argv, scenario.world_size, out, log, timeout=timeout, gpu_ids=gpu_ids, user=user, env=threads)
             if isinstance(done, Completed) or self.helpers.stopped:  # stopping (Ctrl-C): start nothing new
                 return done if isinstance(done, Completed) else Completed(128 + signal.SIGKILL, False, 0.0)
             note = done
-        completed = self._run_container(ready, cmd, out, log, timeout=timeout, gpu_ids=gpu_ids, user=user)
+        completed = self._run_container(ready, cmd, out, log, timeout=timeout, gpu_ids=gpu_ids, user=user, env=threads)
         if note is not None:  # the record's log says why this cell was not forked
             with log.open("a") as fh:
                 fh.write("\n" + LOG_NOTE.format(reason=note) + "\n")
@@ -306,12 +349,16 @@ class DockerBackend:
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "read_only": True,
-            "tmpfs": {"/tmp": "", "/home/probe": ""},
+            # exec: Docker mounts tmpfs noexec by default, and the shared libraries Triton, inductor, vLLM and
+            # torch's extensions compile into their caches (under HOME, probes/caches.py) must load from there.
+            # HOME is the cell user's own: over the image's folder Docker's tmpfs takes that folder's mode with
+            # root as owner (measured: mode= is not applied), which the cell could not write
+            "tmpfs": {"/tmp": "exec", HOME_IN_CONTAINER: f"exec,uid={user.split(':')[0]},gid={user.split(':')[1]}"},
             "init": True,  # a real init as PID 1: signals kill the probe as they would outside
             "shm_size": "2g",
             "ipc_mode": "private",  # whatever the engine's default-ipc-mode: no other container joins it
             "volumes": volumes,
-            "environment": {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", "HOME": "/home/probe"},
+            "environment": {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", **caches.variables(CACHES_IN_CONTAINER, home=HOME_IN_CONTAINER)},
             "labels": {"envmatrix": "cell", "envmatrix.host": platform.node(), "envmatrix.runner": str(os.getpid())},
         }
         if gpu_ids:
@@ -319,12 +366,15 @@ class DockerBackend:
             options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
         return options
 
-    def _run_container(self, ready: Prepared, cmd: list[str], out: Path, log: Path, *, timeout: float, gpu_ids: list[int], user: str) -> Completed:
+    def _run_container(
+        self, ready: Prepared, cmd: list[str], out: Path, log: Path, *, timeout: float, gpu_ids: list[int], user: str, env: dict[str, str] | None = None
+    ) -> Completed:
         """One probe process in a container of its own; killed at the timeout; always removed."""
         from requests.exceptions import ConnectionError as RequestsConnectionError
         from requests.exceptions import ReadTimeout
 
         options = self._options(user, gpu_ids, {str(out.resolve()): {"bind": "/out", "mode": "rw"}})
+        options["environment"] = {**options["environment"], **(env or {})}
         start = time.monotonic()
         container = self.client.containers.run(str(ready.facts["image"]), cmd, **options)
         with self.lock:
@@ -420,7 +470,7 @@ class DockerBackend:
         return helper_from_hello(folder / "helper.sock", sock, hello, stop=stop, alive=alive, shares_pids=False)
 
     def _run_forked(
-        self, ready: Prepared, argv: list[str], ranks: int, out: Path, log: Path, *, timeout: float, gpu_ids: list[int], user: str
+        self, ready: Prepared, argv: list[str], ranks: int, out: Path, log: Path, *, timeout: float, gpu_ids: list[int], user: str, env: dict[str, str]
     ) -> Completed | str:
         """One cell (its `ranks` ranks) forked in its environment's helper container: the same log and exit
         status as a container of its own (a death by signal N reads 128+N, as from the container's init);
@@ -432,7 +482,7 @@ class DockerBackend:
             return helper
         inner = out / CELL_LOG
         inner.unlink(missing_ok=True)
-        env = visible_devices(gpu_ids)
+        env = {**env, **visible_devices(gpu_ids)}
         cmd = ["python", str(PROBE_IN_IMAGE), *argv]
         request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmd, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env, "ranks": ranks}
         try:

@@ -8,15 +8,19 @@ in every cell. torch is pinned exactly, and a CUDA build is never installed on a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import IO
+
+from probes import caches
 
 from ..facts import elfarch, flashsource
 from ..host.gpus import detect_gpus
@@ -29,6 +33,8 @@ from ..run.locking import exclusive
 from . import BuildFailed, Prepared, ProcessBackend
 
 MARKER = ".envmatrix.json"
+CACHES = ".caches"  # the environment's cache root, inside its venv (rebuilt with it)
+SHARED_OPS = ".shared-ops"  # beside the venvs: compiled ops shared by environments that may share them
 STEP_TIMEOUT_S = 3600
 
 
@@ -73,7 +79,7 @@ class VenvBackend(ProcessBackend):
         with exclusive(self.root / f".{build.build_id}.lock"):
             marker = read_json(target / MARKER)
             if marker and marker.get("inputs") == key and python.exists():
-                return Prepared(str(python), 0.0, True, facts=marker, env=_cell_env(target))
+                return Prepared(str(python), 0.0, True, facts=marker, env=_cell_env(target, env))
             start = time.monotonic()
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("wb") as out:
@@ -94,7 +100,7 @@ class VenvBackend(ProcessBackend):
                 "flash_attn": flash,
             }
             (target / MARKER).write_text(json.dumps(facts, indent=2))
-            return Prepared(str(python), float(str(facts["seconds"])), False, facts=facts, env=_cell_env(target))
+            return Prepared(str(python), float(str(facts["seconds"])), False, facts=facts, env=_cell_env(target, env))
 
     def _create(self, env: Environment, target: Path, out: IO[bytes]) -> None:
         if self.uv:
@@ -152,10 +158,28 @@ class VenvBackend(ProcessBackend):
         return [line for line in got.stdout.splitlines() if line.strip()]
 
 
-def _cell_env(venv: Path) -> dict[str, str]:
-    """The cells' variables: extensions compiled at first use (DeepSpeed's ops, torch's cpp_extension) go
-    into the environment's own folder, built once for all its cells and never mixed with another torch's."""
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "TORCH_EXTENSIONS_DIR": str(venv / "torch_extensions")}
+def _cell_env(venv: Path, env: Environment | None = None) -> dict[str, str]:
+    """The cells' variables: every cache (the hub, vLLM, inductor, Triton, extensions compiled at first use)
+    in the environment's own folder (probes/caches.py), shared by its cells and never by another environment's
+    or the user's home; DeepSpeed's JIT ops in a folder shared by the environments of the same torch, deepspeed,
+    Python and compiler (built once, under a lock)."""
+    out = {**os.environ, "PYTHONUNBUFFERED": "1", **caches.variables(venv / CACHES)}
+    deepspeed = env.package("deepspeed") if env is not None else "none"
+    if env is not None and deepspeed != "none":
+        facts = {"torch": env.torch, "cuda": env.cuda, "deepspeed": deepspeed, "python": env.python, "compiler": compiler(), "machine": platform.machine()}
+        out.update(caches.shared_ops(venv.parent / SHARED_OPS, facts))
+    return out
+
+
+@functools.cache
+def compiler() -> str:
+    """The C++ compiler JIT ops are built with (torch's cpp_extension uses CXX, else c++): its version line."""
+    name = os.environ.get("CXX") or "c++"
+    try:
+        got = subprocess.run([name, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return f"{name}: not found"
+    return (got.stdout.splitlines() or [f"{name}: no version"])[0]
 
 
 def _step(name: str, cmd: list[str], out: IO[bytes], env: dict[str, str] | None = None) -> None:

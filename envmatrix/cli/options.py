@@ -94,7 +94,13 @@ ONLY = Option(("--only",), "keep cells whose id matches (fnmatch, braces); repea
 SKIP = Option(("--skip",), "drop cells whose id matches; repeatable", [], None, {"action": "append", "metavar": "PATTERN"})
 SHARD = Option(("--shard",), "only shard I of N: environments kept whole, cost-balanced per GPU type", None, None, {"type": shard_arg, "metavar": "I/N"})
 TIMEOUT = Option(("--timeout",), "seconds one probe run may take before it is killed, above 0", 600.0, "600", {"type": seconds, "metavar": "SECONDS"})
-JOBS = Option(("--jobs",), f"cells at once, 1 to {MAX_JOBS} (on a GPU host each slot owns whole GPUs)", 1, "1", {"type": jobs, "metavar": "N"})
+JOBS = Option(
+    ("--jobs",),
+    f"cells at once, 1 to {MAX_JOBS} (on a GPU host each slot owns whole GPUs); environments are prepared beside them",
+    None,
+    "what the host carries: its GPUs of the types it runs, else its cores (a cell takes one per rank)",
+    {"type": jobs, "metavar": "N"},
+)
 BACKEND = Option(
     ("--backend",),
     "how environments are made: venv, docker, or host (this interpreter); auto is docker on a GPU host with a reachable engine, else venv",

@@ -13,7 +13,7 @@ from rich.table import Table
 from ..host.gpus import detect_gpus
 from ..plan import builds as plan
 from ..plan.builds import Build
-from ..plan.cells import SKIPPED
+from ..plan.cells import COVERED, SKIPPED
 from ..plan.install import Sources, install_set
 from ..plan.resolve import ResolveOutcome, resolve_cells, unreachable_error
 from . import options
@@ -70,11 +70,14 @@ def handle(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold")
     for c in cells:
         e = c.env
-        status = f"[yellow]{c.status}[/]" if c.status == SKIPPED else c.status
+        status = f"[yellow]{c.status}[/]" if c.status == SKIPPED else f"[cyan]{c.status}[/]" if c.status == COVERED else c.status
         table.add_row(c.id, e.cuda, e.torch, e.transformers, e.flash_attn, e.gpu, e.python, c.scenario.name, status, c.reason)
     console.print(table)
     tally = plan.counts(cells)
-    console.print(f"{tally.get('planned', 0)} planned, {tally.get('skipped', 0)} skipped; {len(builds)} environments to build (images or venvs)")
+    console.print(
+        f"{tally.get('planned', 0)} planned, {tally.get(COVERED, 0)} covered (by a planned cell: see reason), {tally.get('skipped', 0)} skipped; "
+        f"{len(builds)} environments to build (images or venvs)"
+    )
     if outcome:
         _print_resolutions(console, outcome)
     return 0

@@ -87,6 +87,8 @@ def run_matrix(args: argparse.Namespace, spec: Spec, profile: str, cells: list[C
     print_summary(console, report.records, results_dir=str(paths.results))
     console.print(f"GPU types run here: {report.types_text}")
     console.print(f"{report.ran} cells run, {report.cached} cached (unchanged inputs; --rerun forces), {report.other_gpus} left for other GPU types")
+    if report.covered:
+        console.print(f"{report.covered} cells covered: recorded with the outcome of the cell that ran for them (envmatrix plan shows which)")
     outputs = report_paths(paths.root) if is_current(paths.results, paths.root) else write_report([paths.results], paths.root, warn)
     console.print(f"report: {outputs['html']} (also {outputs['csv'].name}, {outputs['json'].name}, {outputs['vetted'].name})")
     attempted = [r for r in report.records if r.status != Status.SKIPPED]

@@ -71,18 +71,59 @@ CUDA_IMAGE_VERSIONS: dict[str, str] = {
 }  # fmt: skip
 #: The CPU cells' base: made from Debian's packages (dockerfiles/debian-base.sh), no registry needed.
 CPU_BASE_IMAGE = "envmatrix-base:bookworm"
+CPU_BASE_OS = "debian12"
+
+DISTRIBUTION_SOURCE = Source(
+    "packages.ubuntu.com: jammy (22.04) python3.10 (main) and python3.11 (universe), noble (24.04) python3.12; packages.debian.org:"
+    " bookworm python3.11 (debian-base.sh installs it); nvidia/cuda tags on ubuntu24.04 from CUDA 12.6 on (12.6.3, 12.8.1, 13.0.x)",
+    "2026-11-25",
+)
+#: The Pythons each base image's distribution ships as packages (`python3.X`, `python3.X-venv`, `-dev`).
+DISTRIBUTION_PYTHONS: dict[str, tuple[str, ...]] = {"ubuntu22.04": ("3.10", "3.11"), "ubuntu24.04": ("3.12",), CPU_BASE_OS: ("3.11",)}
+#: The first CUDA version nvidia/cuda publishes on ubuntu24.04 (before it: ubuntu22.04 only).
+UBUNTU_2404_FROM_CUDA = "12.6"
+#: How an image gets the profile's Python (dockerfiles/steps/python.sh): the distribution's package, or a
+#: uv-managed CPython (uv from PyPI; the interpreter from python-build-standalone's releases or a mirror).
+PYTHON_FROM_DISTRIBUTION = "distribution"
+PYTHON_FROM_UV = "uv"
 
 
-def base_image(cuda: str, *, toolkit: bool) -> str | None:
-    """The probe image's base for a CUDA build: a runtime image (pip's torch wheels bring their own CUDA
-    libraries), or a cuDNN devel image with the toolkit where something is compiled (flash-attn from
-    source); None for a CUDA version the catalog has no image for."""
+@dataclass(frozen=True)
+class BaseImage:
+    """The probe image's base, its distribution, and how the profile's Python gets into it."""
+
+    ref: str
+    os: str
+    python_from: str
+
+
+def image_systems(cuda: str) -> tuple[str, ...]:
+    """The distributions nvidia/cuda publishes this CUDA version on, newest last (the CPU base: Debian's)."""
     if cuda == "none":
-        return CPU_BASE_IMAGE
+        return (CPU_BASE_OS,)
+    return ("ubuntu22.04", "ubuntu24.04") if Version(cuda) >= Version(UBUNTU_2404_FROM_CUDA) else ("ubuntu22.04",)
+
+
+def base_image_for(cuda: str, python: str, *, toolkit: bool) -> BaseImage | None:
+    """The base for a CUDA build and Python: the first distribution that ships this Python as a package, else
+    the newest with a uv-managed CPython; a runtime image (pip's torch wheels bring their own CUDA libraries),
+    or a cuDNN devel image with the toolkit where something is compiled (flash-attn from source). None for a
+    CUDA version the catalog has no image for."""
+    systems = image_systems(cuda)
+    shipping = [os_ for os_ in systems if python in DISTRIBUTION_PYTHONS[os_]]
+    os_name, how = (shipping[0], PYTHON_FROM_DISTRIBUTION) if shipping else (systems[-1], PYTHON_FROM_UV)
+    if cuda == "none":
+        return BaseImage(CPU_BASE_IMAGE, os_name, how)
     version = CUDA_IMAGE_VERSIONS.get(cuda)
     if version is None:
         return None
-    return f"nvidia/cuda:{version}-{'cudnn-devel' if toolkit else 'runtime'}-ubuntu22.04"
+    return BaseImage(f"nvidia/cuda:{version}-{'cudnn-devel' if toolkit else 'runtime'}-{os_name}", os_name, how)
+
+
+def base_image(cuda: str, *, toolkit: bool, python: str = "3.10") -> str | None:
+    """The base image's reference (base_image_for)."""
+    found = base_image_for(cuda, python, toolkit=toolkit)
+    return found.ref if found else None
 
 
 #: torch 2.7 is the first release whose pip wheels use the CXX11 ABI (manylinux_2_28).
@@ -382,6 +423,7 @@ def as_dict() -> dict[str, object]:
             {"cuda": cuda, "wheels": base_image(cuda, toolkit=False), "source_build": base_image(cuda, toolkit=True), **src(CUDA_IMAGE_SOURCE)}
             for cuda in CUDA_IMAGE_VERSIONS
         ],
+        "distribution_pythons": {"pythons": {k: list(v) for k, v in DISTRIBUTION_PYTHONS.items()}, **src(DISTRIBUTION_SOURCE)},
         "cuda": {
             "min_driver": {str(k): v for k, v in CUDA_MIN_DRIVER.items()},
             "cuda13_min_sm": f"sm{CUDA13_MIN_CC[0]}{CUDA13_MIN_CC[1]}",

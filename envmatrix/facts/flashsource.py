@@ -128,3 +128,30 @@ def build_facts(choice: FlashChoice, local: Path | None) -> dict[str, str]:
         "source": choice.source,
         "origin": choice.location,
     }
+
+
+#: Where the probe image's flash-attn step writes what it installed (dockerfiles/probe.Dockerfile): a line
+#: `SOURCE FILE SHA256 ORIGIN`, then the path of its CUDA extension library.
+IMAGE_RECORD = "/opt/envmatrix-flash-attn.txt"
+
+
+def image_facts(text: str) -> tuple[dict[str, str], str | None]:
+    """The image's record read back as build_facts writes a venv's (file, sha256, source, origin), and the
+    extension library's path in the image (its GPU architectures are read from that file)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    words = lines[0].split() if lines else []
+    if len(words) != 4 or words[0] not in SOURCES:
+        raise ValueError(f"{IMAGE_RECORD}: expected 'SOURCE FILE SHA256 ORIGIN', got {text[:200]!r}")
+    source, wheel, sha, origin = words
+    if source == SDIST:
+        release = wheel.removeprefix("flash-attn-")
+        facts = {
+            "file": f"flash-attn-{release} (sdist, built here)",
+            "sha256": "",
+            "source": source,
+            "origin": f"https://pypi.org/project/flash-attn/{release}/",
+        }
+    else:
+        facts = {"file": wheel, "sha256": sha, "source": source, "origin": origin}
+    library = lines[1] if len(lines) > 1 and lines[1].startswith("/") and lines[1].endswith(".so") else None
+    return facts, library

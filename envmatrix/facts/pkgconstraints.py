@@ -14,6 +14,7 @@ import email.parser
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -50,6 +51,8 @@ class Release:
     requires_python: str | None
     wheel: str
     sha256: str
+    #: Each extra's own requirement lines (`trl[vllm]`: `vllm<=0.31.0,>=0.22.0; extra == "vllm"`).
+    extras: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @cache
@@ -59,7 +62,8 @@ def releases(path: Path = DATA) -> dict[tuple[str, str], Release]:
     out: dict[tuple[str, str], Release] = {}
     for name, versions in data["packages"].items():
         for version, facts in versions.items():
-            out[(name, version)] = Release(name, version, tuple(facts["requires_dist"]), facts.get("requires_python"), facts["wheel"], facts["sha256"])
+            extras = tuple(sorted((extra, tuple(lines)) for extra, lines in (facts.get("extras") or {}).items()))
+            out[(name, version)] = Release(name, version, tuple(facts["requires_dist"]), facts.get("requires_python"), facts["wheel"], facts["sha256"], extras)
     return out
 
 
@@ -80,18 +84,34 @@ def environment_reasons(env: Environment, known: dict[tuple[str, str], Release] 
         where = f"(from {release.wheel}'s metadata)"
         if release.requires_python and not SpecifierSet(release.requires_python).contains(env.python + ".0"):
             reasons.append(f"{name} {version} requires Python {release.requires_python} {where}; this environment has Python {env.python}")
-        for line in release.requires:
-            req = Requirement(line)
-            if req.marker is not None and not req.marker.evaluate({"python_version": env.python, "python_full_version": env.python + ".0", "extra": ""}):
-                continue
-            have = pins.get(canonicalize_name(req.name))
-            if have is None or (have == "none" and canonicalize_name(req.name) in dict(env.packages)):
-                continue  # not pinned here (an extra package at `none` too): the installer picks a release that fits
-            if have == "none":
-                reasons.append(f"{name} {version} requires {req} {where}; this environment has {req.name}: none")
-            elif not req.specifier.contains(have, prereleases=True):
-                reasons.append(f"{name} {version} requires {req} {where}; this environment has {req.name} {have}")
+        for extra, lines in (("", release.requires), *applied_extras(release, env)):
+            said = f"{name} {version}" + (f"'s extra [{extra}]" if extra else "")
+            for line in lines:
+                reasons += _unmet(Requirement(line), extra, said, where, env, pins)
     return reasons
+
+
+def applied_extras(release: Release, env: Environment) -> list[tuple[str, tuple[str, ...]]]:
+    """The extras of a pinned release that the environment takes up: those named after a package it installs
+    (trl with vllm installed is what `pip install trl[vllm]` gives, so `trl[vllm]`'s constraints hold)."""
+    installed = {canonicalize_name(n) for n, v in env.packages if v != "none"}
+    return [(extra, lines) for extra, lines in release.extras if canonicalize_name(extra) in installed]
+
+
+def _unmet(req: Requirement, extra: str, said: str, where: str, env: Environment, pins: dict[str, str]) -> list[str]:
+    """Why one requirement line of a release (or of one of its extras) is not met by the environment's pins."""
+    marker_env = {"python_version": env.python, "python_full_version": env.python + ".0", "extra": extra}
+    if req.marker is not None and not req.marker.evaluate(marker_env):
+        return []
+    have = pins.get(canonicalize_name(req.name))
+    if have is None or (have == "none" and canonicalize_name(req.name) in dict(env.packages)):
+        return []  # not pinned here (an extra package at `none` too): the installer picks a release that fits
+    shown = f"{req.name}{req.specifier}" if extra else str(req)  # an extra's marker says only which extra
+    if have == "none":
+        return [f"{said} requires {shown} {where}; this environment has {req.name}: none"]
+    if not req.specifier.contains(have, prereleases=True):
+        return [f"{said} requires {shown} {where}; this environment has {req.name} {have}"]
+    return []
 
 
 #: vLLM's distribution per runner: PyPI's `vllm` is a CUDA build; on a CPU runner the community CPU build
@@ -121,14 +141,18 @@ def scenario_reasons(env: Environment, scenario: Scenario) -> list[str]:
 # ---- refreshing the data from the index --------------------------------------------------------
 
 
-def wheel_metadata(wheel: Path) -> tuple[list[str], str | None]:
-    """`Requires-Dist` lines (extras' lines left out: no cell asks for an extra) and `Requires-Python`."""
+Metadata = tuple[list[str], str | None, dict[str, list[str]]]
+
+
+def wheel_metadata(wheel: Path) -> Metadata:
+    """`Requires-Dist` lines, `Requires-Python`, and each extra's own lines apart (they hold where the environment
+    takes the extra up: applied_extras)."""
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
         return _requirements(zf.read(name).decode("utf-8"))
 
 
-def sdist_metadata(sdist: Path) -> tuple[list[str], str | None]:
+def sdist_metadata(sdist: Path) -> Metadata:
     """The same from an sdist's own PKG-INFO, read from the archive and never built (building runs its
     setup.py): what a release published only as an sdist (DeepSpeed) declares."""
     with tarfile.open(sdist) as tf:
@@ -138,22 +162,27 @@ def sdist_metadata(sdist: Path) -> tuple[list[str], str | None]:
         return _requirements(handle.read().decode("utf-8"))
 
 
-def _requirements(metadata: str) -> tuple[list[str], str | None]:
+def _requirements(metadata: str) -> Metadata:
     msg = email.parser.Parser().parsestr(metadata)
-    requires = []
+    requires: list[str] = []
+    extras: dict[str, list[str]] = {}
+    names = [canonicalize_name(e) for e in msg.get_all("Provides-Extra") or []]
     for line in msg.get_all("Requires-Dist") or []:
         try:
             req = Requirement(line)
         except InvalidRequirement:
             continue
         if req.marker is not None and "extra" in str(req.marker):
+            for extra in names:  # the extras whose install takes this line up
+                if req.marker.evaluate({"extra": extra}):
+                    extras.setdefault(extra, []).append(str(req))
             continue
         requires.append(str(req))
     python = msg.get("Requires-Python")
     try:
-        return requires, str(SpecifierSet(python)) if python else None
+        return requires, str(SpecifierSet(python)) if python else None, extras
     except InvalidSpecifier:
-        return requires, None
+        return requires, None, extras
 
 
 def sdist_url(name: str, version: str, index: str) -> tuple[str, str]:
@@ -178,7 +207,7 @@ def fetch(pins: list[str], folder: Path, index: str = PYPI) -> dict[str, dict[st
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet", "--disable-pip-version-check", "-d", str(dest), pin]
         if subprocess.run(cmd, timeout=600, capture_output=True).returncode == 0:
             wheel = next(dest.glob("*.whl"))
-            requires, python = wheel_metadata(wheel)
+            requires, python, extras = wheel_metadata(wheel)
         else:  # no wheel for this release (DeepSpeed publishes sdists only): its PKG-INFO
             url, want = sdist_url(name, version, index)
             dest.mkdir(parents=True, exist_ok=True)
@@ -187,9 +216,13 @@ def fetch(pins: list[str], folder: Path, index: str = PYPI) -> dict[str, dict[st
                 wheel.write_bytes(reply.read())
             if hashlib.sha256(wheel.read_bytes()).hexdigest() != want:
                 raise OSError(f"{wheel.name}: sha256 differs from the index's")
-            requires, python = sdist_metadata(wheel)
+            requires, python, extras = sdist_metadata(wheel)
         sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-        out.setdefault(name, {})[version] = {"wheel": wheel.name, "sha256": sha, "requires_dist": requires, "requires_python": python}
+        facts: dict[str, Any] = {"wheel": wheel.name, "sha256": sha, "requires_dist": requires, "requires_python": python}
+        if extras:
+            facts["extras"] = extras
+        out.setdefault(name, {})[version] = facts
+        shutil.rmtree(dest, ignore_errors=True)  # wheels of hundreds of MB (vllm): read, then gone
     return out
 
 

@@ -127,7 +127,7 @@ class Findings:
 
 
 def _ran(records: Iterable[Record]) -> list[Record]:
-    return [r for r in records if r.status != Status.SKIPPED and r.klass not in QUIET]
+    return [r for r in records if r.status not in (Status.SKIPPED, Status.COVERED) and r.klass not in QUIET]  # a covered cell's finding is its coverer's
 
 
 #: At most this many axes explain a finding: a combination of more says nothing a reader can act on.

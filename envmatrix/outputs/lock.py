@@ -113,6 +113,19 @@ def pip_report(pins: list[str], build: BuildFacts) -> list[dict[str, str]]:
     return sorted(entries, key=lambda e: e["name"].lower())
 
 
+def flash_entry(build: BuildFacts) -> dict[str, str] | None:
+    """flash-attn as the record names it (its freeze line is a local file, which pip cannot look up): the
+    wheel's own URL and the sha256 of the file installed; None without a wheel fetched from a URL."""
+    facts = build.flash_attn or {}
+    file, origin, sha = str(facts.get("file", "")), str(facts.get("origin", "")), str(facts.get("sha256", ""))
+    parts = file.split("-")
+    if not file.endswith(".whl") or len(parts) < 2 or not origin.startswith("https://") or not _SHA256.fullmatch(sha):
+        return None
+    if not _VERSION.fullmatch(parts[1]) or any(c in origin for c in '\n\r "\\'):
+        return None
+    return {"name": "flash-attn", "version": parts[1], "url": origin, "sha256": sha, "direct": "yes"}
+
+
 def _toml_str(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
@@ -121,7 +134,8 @@ def requirements_lock(entries: list[dict[str, str]], env_id: str) -> str:
     """`name==version --hash=sha256:…` for every package: `pip install --require-hashes -r` installs it."""
     lines = [f"# envmatrix lock for {env_id}: the environment that ran, frozen inside it", "# install: pip install --require-hashes -r requirements.lock"]
     for e in entries:
-        lines.append(f"{e['name']}=={e['version']} \\\n    --hash=sha256:{e['sha256']}")
+        pin = f"{e['name']} @ {e['url']}" if e.get("direct") else f"{e['name']}=={e['version']}"  # a wheel by URL (flash-attn)
+        lines.append(f"{pin} \\\n    --hash=sha256:{e['sha256']}")
     return "\n".join(lines) + "\n"
 
 
@@ -209,7 +223,8 @@ def write_lock(
             f"{choice.env}: its record names package sources that differ from your pip settings ({'; '.join(diffs)}); "
             "check them, then pass --trust-record-indexes to look the files up there"
         )
-    entries = pip_report(pins, build)
+    flash = flash_entry(build)
+    entries = sorted([*pip_report(pins, build), *([flash] if flash else [])], key=lambda e: e["name"].lower())
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "requirements.lock", requirements_lock(entries, choice.env))
     write_text_atomic(folder / "pylock.toml", pylock_toml(entries, choice.python, envmatrix_table(choice, records, provenance or {})))

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 #: The table's rows are sorted by these axes in release order (4.9 before 4.51).
 AXIS_ORDER = ("cuda", "torch", "transformers", "flash_attn", "python")
 COLUMNS = [
-    "id", "env", "build", "cuda", "torch", "transformers", "flash_attn", "gpu", "python", "packages", "scenario", "status", "class",
+    "id", "env", "build", "cuda", "torch", "transformers", "flash_attn", "gpu", "python", "packages", "scenario", "status", "covered_by", "class",
     "evidence", "remedy", "expect", "control", "exit_code", "signal", "timed_out", "prepare_s", "probe_s", "steps",
     "first_grad_norm", "parity_rel_err", "backend", "host", "started", "finished",
 ]  # fmt: skip
@@ -49,6 +49,7 @@ def flat_row(rec: Record) -> dict[str, Any]:
         "packages": _packages_text(cell.packages),
         "scenario": cell.scenario,
         "status": rec.status,
+        "covered_by": rec.covered_by,
         "class": rec.klass,
         "evidence": rec.outcome.evidence,
         "remedy": rec.outcome.remedy,

@@ -11,6 +11,9 @@ from ..spec.patterns import compile_selection
 
 PLANNED = "planned"
 SKIPPED = "skipped"
+#: Runs nowhere: its scenario depends on no axis where its environment differs from one whose cell runs
+#: (plan/cover.py); it is shown, recorded and reported with that cell's outcome.
+COVERED = "covered"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class Cell:
     reason: str = ""
     #: The kinds of the skip reasons (plan/eligibility.py), in the order found.
     kinds: tuple[str, ...] = ()
+    #: A covered cell's cell that runs (plan/cover.py).
+    covered_by: str = ""
 
     @property
     def id(self) -> str:
@@ -92,6 +97,7 @@ class Cell:
             "status": self.status,
             "reason": self.reason,
             "kinds": list(self.kinds),
+            "covered_by": self.covered_by or None,
         }
 
 

@@ -52,10 +52,50 @@ def scenario_reasons(profile: Profile, env: Environment, scenario: Scenario) -> 
     if scenario.model in families.FAMILIES and (missing := families.missing_reason(scenario.model, env.transformers)):
         reasons.append(Reason(FAMILY, missing))
     reasons += [Reason(NEEDS, r) for r in pkgconstraints.scenario_reasons(env, scenario)]
+    purpose = included_for(profile, env)
+    if purpose is not None and not any(fnmatch.fnmatchcase(scenario.name, p) for p in purpose[1]):
+        reasons.append(Reason(EXCLUDED, f"{purpose[0]} adds this environment for {', '.join(purpose[1])} only"))
     for rule in profile.exclude:
         if rule_matches(rule, env, scenario):
             reasons.append(Reason(EXCLUDED, f"excluded by {rule.where}" + (f": {rule.reason}" if rule.reason else "")))
     return reasons
+
+
+#: Package axes a scenario depends on beyond the packages it cannot run without (pkgconstraints.needed_packages):
+#: TRL trains through accelerate (its Trainer, and accelerate's DeepSpeed and FSDP plugins); LoRA is peft's.
+RUNS_THROUGH: dict[str, tuple[str, ...]] = {"trl": ("accelerate",)}
+
+
+def depends_on(scenario: Scenario, gpu: str) -> tuple[str, ...]:
+    """THE package axes whose value can change this scenario's outcome (sorted): trainer trl → trl, accelerate;
+    parallel zero2/zero3 → deepspeed; use_vllm → vLLM's distribution for the runner; LoRA → peft; the built-in
+    loop alone → none. The environment's own axes (cuda, torch, transformers, flash_attn, gpu, python) always
+    count. Read by plan (which cells one run covers: plan/cover.py), run, and the follow-up questions (watch,
+    bisect) that ask which releases a scenario can tell apart. A package's own dependencies that it brings in
+    unpinned are not axes: the freeze in each record says what was installed."""
+    needed = set(pkgconstraints.needed_packages(scenario, gpu))
+    needed |= {more for name in list(needed) for more in RUNS_THROUGH.get(name, ())}
+    if scenario.lora:
+        needed.add("peft")
+    return tuple(sorted(needed))
+
+
+def included_for(profile: Profile, env: Environment) -> tuple[str, tuple[str, ...]] | None:
+    """Where an environment comes only from include entries that name their scenarios: (where, the patterns);
+    None for an environment of the axes' product or of an entry that names none (every scenario applies)."""
+    values = {**env.axes(), **dict(env.packages)}
+    if all(values.get(axis) in choices for axis, choices in (*profile.axes.items(), *profile.packages.items())):
+        return None
+    patterns: list[str] = []
+    where: list[str] = []
+    for i, entry in enumerate(profile.include):
+        if entry == values:
+            named = profile.include_scenarios[i] if i < len(profile.include_scenarios) else ()
+            if not named:
+                return None
+            patterns += named
+            where.append(f"profiles.{profile.name}.include[{i}]")
+    return (" and ".join(where), tuple(dict.fromkeys(patterns))) if where else None
 
 
 def host_reasons(env: Environment, scenario: Scenario, gpu_count: int | None, driver: str | None = None) -> list[Reason]:

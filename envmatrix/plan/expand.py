@@ -1,7 +1,8 @@
 """Pure expansion: a profile → cells (environment × scenario) with stable ids, statuses and reasons.
 
-Cells the eligibility rules out stay in the list as `skipped` with the reason; only the user's own
-select/skip patterns (matrix.yaml or --only/--skip) and the GPU narrow the list.
+Cells the eligibility rules out stay in the list as `skipped` with the reason, and cells another cell's run
+covers as `covered` (plan/cover.py); only the user's own select/skip patterns (matrix.yaml or --only/--skip)
+and the GPU narrow the list.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..host.gpus import HostGpus
 from ..spec.matrix import AXES, Profile, Spec
 from ..spec.patterns import PatternError, compile_selection
 from .cells import Cell, Environment
+from .cover import cover
 from .eligibility import environment_reasons, judge
 
 
@@ -59,4 +61,4 @@ def expand(
             ids = types.get(env.gpu)
             count, driver = (len(ids), host.driver) if host is not None and ids else (None, None)
             cells.append(judge(profile, env, scenario, gpu_count=count, driver=driver, env_reasons=env_reasons))
-    return cells
+    return cover(profile, cells)

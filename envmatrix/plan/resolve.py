@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..errors import BackendError
 from ..host.pipconfig import PipSettings, find_uv
-from .cells import SKIPPED, Cell, Environment
+from .cells import PLANNED, SKIPPED, Cell, Environment
 from .install import Sources, install_set
 
 if sys.version_info >= (3, 11):
@@ -218,7 +218,7 @@ def resolve_cells(cells: Sequence[Cell], sources: Sources, *, cache: Path | None
     if uv is None:
         raise BackendError("resolving needs uv, which is not installed: python3 -m pip install uv (or pass --no-resolve)")
     cache = cache if cache is not None else cache_dir_default()
-    envs = {c.env.build_id: c.env for c in cells if c.status != SKIPPED}
+    envs = {c.env.build_id: c.env for c in cells if c.status == PLANNED}  # skipped and covered cells need no environment
     outcome = ResolveOutcome(list(cells))
     needs = {bid: indexes_of(env_flags(env, sources)[1], sources.pip) for bid, env in envs.items()}
     unique = sorted({url for urls in needs.values() for url in urls})
@@ -244,7 +244,7 @@ def resolve_cells(cells: Sequence[Cell], sources: Sources, *, cache: Path | None
                 outcome.resolutions[build_id] = answer
     for i, cell in enumerate(outcome.cells):
         got = outcome.resolutions.get(cell.env.build_id)
-        if cell.status != SKIPPED and got is not None and not got.ok:
+        if cell.status == PLANNED and got is not None and not got.ok:
             outcome.cells[i] = replace(cell, status=SKIPPED, reason=got.reason)
     return outcome
 

@@ -46,6 +46,7 @@ class Status(Named):
     DONE = "done"
     SKIPPED = "skipped"
     BUILD_FAILED = "build_failed"
+    COVERED = "covered"  # not run: the outcome of the cell that ran for it (`covered_by`, plan/cover.py)
 
 
 STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
@@ -173,6 +174,7 @@ class Record:
     metrics: tuple[Mapping[str, Any], ...] = ()
     log: LogRef = field(default_factory=LogRef)
     control: str | None = None
+    covered_by: str | None = None  # a covered cell's cell that ran: its outcome is this record's
     version: int = RECORD_VERSION
 
     # -- what the rest of envmatrix asks of a record ---------------------------------------------
@@ -249,6 +251,7 @@ class Record:
             "outcome": self.outcome.as_dict(),
             "expect": self.cell.expect,
             "control": self.control,
+            "covered_by": self.covered_by,
         }
 
     @classmethod
@@ -407,6 +410,7 @@ def _parse(r: _Reader, data: Any) -> Record:
         metrics=tuple(metrics),
         log=LogRef(path=r.text(log, "path", "log", optional=True, limit=4096) or "", tail=r.text(log, "tail", "log", optional=True, limit=1 << 20) or ""),
         control=control,
+        covered_by=r.text(top, "covered_by", "record", pattern=_CELL_ID, optional=True),
     )
 
 
@@ -641,6 +645,7 @@ def json_schema() -> dict[str, Any]:
                 "outcome": outcome,
                 "expect": {"enum": [*OUTCOME_NAMES, None]},
                 "control": {"enum": [*CONTROL_STATES, None]},
+                "covered_by": {**str_or_null, "description": "a covered cell's cell that ran (its outcome is this record's)"},
             },
             ["record_version", "cell", "status", "outcome"],
         ),

@@ -66,6 +66,16 @@ def probe_command(python: str, scenario: Scenario, out_dir: Path, probe: Path = 
     return [*launcher, str(probe), *probe_argv(scenario, out_dir)]
 
 
+def fork_refusal(scenario: Scenario) -> str | None:
+    """Why a cell runs in a process of its own rather than forked by its environment's helper, or None. A
+    forked cell inherits the helper's imports, and with them the hub folder they fixed (the environment's):
+    remote code from a user's folder (--trust-remote-code) is copied there, so it runs where the cell's own
+    hub folder is set before any import (probes/caches.py)."""
+    if scenario.trust_remote_code:
+        return "remote code runs in a process of its own, with its own hub folder"
+    return None
+
+
 def probe_argv(scenario: Scenario, out_dir: Path) -> list[str]:
     """The probe's own arguments for `scenario` (what a forked cell's `main(argv)` gets, on every rank)."""
     return ["--out", str(out_dir), *scenario.probe_args()]

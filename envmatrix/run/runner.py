@@ -10,6 +10,7 @@ runners on the same cell take turns (a lock file per cell), so a record is never
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import signal
 import threading
@@ -17,7 +18,7 @@ import traceback
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -31,7 +32,7 @@ from ..errors import Interrupted
 from ..facts import catalog, elfarch
 from ..outputs.summary import cell_text
 from ..plan.builds import Build, builds
-from ..plan.cells import SKIPPED, Cell
+from ..plan.cells import COVERED, SKIPPED, Cell
 from ..plan.eligibility import host_reasons
 from ..records.outcomes import Outcome, Verdict, decided, glyph
 from ..records.record import (
@@ -90,6 +91,7 @@ class RunReport:
     records: list[Record] = field(default_factory=list)
     ran: int = 0
     cached: int = 0
+    covered: int = 0  # cells recorded with the outcome of the cell that ran for them (plan/cover.py)
     other_gpus: int = 0
     reaped: int = 0
     types: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the GPU types whose cells it held, and their GPUs
@@ -127,6 +129,30 @@ class GpuPool:
 
 #: What a runner without GPUs runs: the cpu cells.
 CPU_ONLY: Mapping[str, Sequence[int]] = {"cpu": ()}
+#: Environments prepared at once, beside the running cells: preparing the next overlaps with the cells
+#: of the ones ready (a build is mostly downloads, unpacking and bytecode compiling: one at a time).
+PREPARE_AT_ONCE = 1
+
+
+def host_cores() -> int:
+    """The cores this process may run on (its CPU affinity, a container's or a scheduler's limit)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def default_jobs(gpus: Mapping[str, Sequence[int]], cores: int | None = None) -> int:
+    """Cells at once when --jobs is not given: what the host can carry. On a GPU host, its GPUs (of the types
+    it runs; a cell takes world-size GPUs of its type); on a CPU, its cores (a cell takes one per rank, and
+    its torch threads are the cores divided between the cells)."""
+    gpu_count = sum(len(ids) for ids in gpus.values())
+    return gpu_count if gpu_count else (cores or host_cores())
+
+
+def thread_env(cores: int, jobs: int) -> dict[str, str]:
+    """The torch threads of a single-rank CPU cell when `jobs` cells share `cores` (ranks take one each)."""
+    return {"OMP_NUM_THREADS": str(max(1, cores // max(1, jobs)))}
 
 
 class Runner:
@@ -139,7 +165,7 @@ class Runner:
         backend: Backend,
         paths: Paths,
         *,
-        jobs: int = 1,
+        jobs: int | None = None,
         timeout: float = 600.0,
         rerun: bool = False,
         gpus: Mapping[str, Sequence[int]] = CPU_ONLY,
@@ -147,7 +173,9 @@ class Runner:
     ) -> None:
         self.backend = backend
         self.paths = paths
-        self.jobs = max(1, jobs)
+        self.jobs = max(1, jobs if jobs is not None else default_jobs(gpus))
+        self.cores = host_cores()
+        self.core_pool = GpuPool(range(self.cores))  # CPU cells: one core per rank, as GPU cells take GPUs
         self.timeout = timeout
         self.rerun = rerun
         self.types = {gpu: tuple(ids) for gpu, ids in gpus.items()}
@@ -244,11 +272,15 @@ class Runner:
         if missing is not None:  # the wheel cannot run here: say so before any training starts
             return self.new_record(cell, Status.DONE, decided(Outcome.UNSUPPORTED_GPU, missing, "elf_archs"), started=started, build=build_facts(ready.facts))
         gpu_ids = pool.take(cell.scenario.world_size) if pool is not None else []
+        cores = self.core_pool.take(min(cell.scenario.world_size, self.cores)) if pool is None else []
+        if pool is None:  # a CPU cell: torch's threads are its share of the cores
+            ready = replace(ready, env={**(ready.env or os.environ), **thread_env(self.cores, self.jobs)})
         try:
             record = self._execute(cell, ready, gpu_ids, started)
         finally:
             if pool is not None:
                 pool.give(gpu_ids)
+            self.core_pool.give(cores)
         return None if self.stopping.is_set() else record  # killed by Ctrl-C: leave the cell for the re-run
 
     def _execute(self, cell: Cell, ready: Prepared, gpu_ids: list[int], started: str) -> Record:
@@ -298,10 +330,13 @@ class Runner:
         report.other_gpus = len(cells) - len(mine)
         report.types = {gpu: ids for gpu, ids in self.types.items() if any(c.env.gpu == gpu for c in mine)}
         todo: list[tuple[Cell, Build]] = []
+        covered: list[Cell] = []
         by_build = {b.build_id: b for b in builds(mine)}
         for cell in mine:
-            record = self.cached(cell)
-            if record is not None:
+            record = self.cached(cell) if cell.status != COVERED else None
+            if cell.status == COVERED:
+                covered.append(cell)  # recorded once the cell that covers it has its record
+            elif record is not None:
                 report.records.append(record)
                 report.cached += 1
                 self.tally[record.klass] += 1
@@ -312,17 +347,40 @@ class Runner:
                 self.tally[Outcome.SKIPPED] += 1
             else:
                 todo.append((cell, by_build[cell.env.build_id]))
-        if not todo:
-            return report
-        report.reaped = len(execute.reap_orphans(self.paths.runs))
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
-        try:
-            with self.backend:
-                self._run_all(todo, report)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+        if todo:
+            report.reaped = len(execute.reap_orphans(self.paths.runs))
+            previous = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
+            try:
+                with self.backend:
+                    self._run_all(todo, report)
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+        self._record_covered(covered, report)
         return report
+
+    def _record_covered(self, covered: list[Cell], report: RunReport) -> None:
+        """A record per covered cell: the outcome of the cell that ran for it (this run's or an earlier run's
+        record), saying so; a cell whose coverer has no record here says that instead."""
+        have = {r.id: r for r in report.records}
+        for cell in covered:
+            ran = have.get(cell.covered_by)
+            if ran is None:
+                try:
+                    ran = read_record(self.record_path(cell.covered_by))
+                except RecordError:
+                    ran = None
+            if ran is None:
+                verdict = decided(Outcome.SKIPPED, f"{cell.reason}; that cell has no record here (another shard or runner runs it)", "covered")
+                record = self.new_record(cell, Status.COVERED, verdict, started=_now(), covered_by=cell.covered_by)
+                record = replace(record, control=None)
+            else:
+                said = f"as {ran.id}, which ran ({cell.reason.split(': ', 1)[-1]}): {ran.outcome.evidence}"
+                verdict = replace(ran.outcome, evidence=said)
+                record = replace(self.new_record(cell, Status.COVERED, verdict, started=_now(), covered_by=ran.id), control=ran.control)
+            write_record(self.record_path(cell.id), record)
+            report.records.append(record)
+            report.covered += 1
 
     def _run_all(self, todo: list[tuple[Cell, Build]], report: RunReport) -> None:
         columns = (
@@ -335,7 +393,11 @@ class Runner:
             TextColumn("{task.fields[tally]}"),
         )
         running: set[str] = set()
-        with Progress(*columns, console=self.console, transient=False) as progress, ThreadPoolExecutor(max_workers=self.jobs) as pool:
+        with (
+            Progress(*columns, console=self.console, transient=False) as progress,
+            ThreadPoolExecutor(max_workers=self.jobs) as pool,
+            ThreadPoolExecutor(max_workers=PREPARE_AT_ONCE) as preparer,
+        ):
             task = progress.add_task("matrix", total=len(todo), tally=self._tally())
 
             def job(cell: Cell, build: Build) -> Record | None:
@@ -348,12 +410,20 @@ class Runner:
                     with self.lock:
                         running.discard(cell.id)
 
-            futures: dict[Future[Record | None], Cell] = {pool.submit(job, c, b): c for c, b in todo}
+            # Environments are prepared in the order their cells come, PREPARE_AT_ONCE at a time; the cells of
+            # one are handed to the cell slots as soon as it is ready, while the next one is being prepared.
+            cells_of: dict[str, list[tuple[Cell, Build]]] = {}
+            for cell, build in todo:
+                cells_of.setdefault(build.build_id, []).append((cell, build))
+            ready: dict[Future[Any], str] = {preparer.submit(self.prepare, group[0][1]): bid for bid, group in cells_of.items()}
+            pending: set[Future[Any]] = set(ready)
             try:
-                pending = set(futures)
                 while pending:
                     finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for fut in finished:
+                        if fut in ready:  # an environment is ready (or failed: its cells record that)
+                            pending |= {pool.submit(job, c, b) for c, b in cells_of[ready.pop(fut)]}
+                            continue
                         record = fut.result()
                         if record is None:
                             continue
@@ -365,6 +435,7 @@ class Runner:
             except KeyboardInterrupt:
                 self.stopping.set()
                 self.backend.stop_all()
+                preparer.shutdown(wait=False, cancel_futures=True)
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise Interrupted(
                     f"interrupted: {report.ran} cells recorded this run, {report.cached} cached; "

@@ -113,6 +113,10 @@ class Profile:
     flash_attn_sources: tuple[str, ...] = flashsource.DEFAULT_SOURCES
     scheduler: Scheduler | None = None
     packages: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Scenario patterns that run in every environment, not once per value of what they depend on (plan/cover.py).
+    every_environment: tuple[str, ...] = ()
+    #: Per include entry, the scenario patterns it is there for (empty: every scenario of the profile).
+    include_scenarios: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -403,6 +407,7 @@ PROFILE_KEYS = (
     "flash_attn_sources",
     "scheduler",
     "packages",
+    "every_environment",
 )
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?")
 _PATH = re.compile(r"[A-Za-z0-9._/~+-]{1,1024}")
@@ -494,9 +499,11 @@ def _profile(ck: Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) -
         if s not in scenarios:
             ck.err((*path, "scenarios", i), f"scenario '{s}' is not defined under scenarios:{_did_you_mean(s, names)}")
     include: list[dict[str, str]] = []
+    purposes: list[tuple[str, ...]] = []
     for i, entry in enumerate(ck.entries(values.get("include"), (*path, "include"))):
         ipath = (*path, "include", i)
-        body = ck.mapping(entry, ipath, (*AXES, *packages))
+        body = ck.mapping(entry, ipath, (*AXES, *packages, "scenarios"))
+        purpose = _scenario_patterns(ck, body.get("scenarios", []), (*ipath, "scenarios"), names)
         env: dict[str, str] = {}
         for axis in (*AXES, *packages):
             if axis in body:
@@ -511,8 +518,10 @@ def _profile(ck: Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) -
                 ck.err(ipath, f"missing '{axis}' (the profile has several values for it; name one)")
         if len(env) == len(AXES) + len(packages):
             include.append(env)
+            purposes.append(purpose)
     exclude = [_rule(ck, r, (*path, "exclude", i), names, tuple(packages)) for i, r in enumerate(ck.entries(values.get("exclude"), (*path, "exclude")))]
-    patterns = {key: ck.string_list(values.get(key, []), (*path, key), check_pattern, allow_empty=True) for key in ("select", "skip")}
+    patterns = {key: ck.string_list(values.get(key, []), (*path, key), check_pattern, allow_empty=True) for key in ("select", "skip", "every_environment")}
+    patterns["every_environment"] = _scenario_patterns(ck, values.get("every_environment", []), (*path, "every_environment"), names)
     for key, pats in patterns.items():
         if len(pats) > MAX_PATTERNS:
             ck.err((*path, key), f"{len(pats)} patterns, more than {MAX_PATTERNS}; use '*' and brace lists to say it in fewer")
@@ -561,7 +570,18 @@ def _profile(ck: Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) -
         flash_attn_sources=tuple(fa_sources),
         scheduler=scheduler,
         packages=packages,
+        every_environment=patterns["every_environment"],
+        include_scenarios=tuple(purposes),
     )
+
+
+def _scenario_patterns(ck: Checker, raw: Any, path: Path_, names: list[str]) -> tuple[str, ...]:
+    """Scenario name patterns (fnmatch), each matching a defined scenario."""
+    found = ck.string_list(raw, path, check_pattern, allow_empty=True)
+    for i, p in enumerate(found):
+        if not any(re.fullmatch(_glob(p), s) for s in names):
+            ck.err((*path, i) if isinstance(raw, list) else path, f"'{p}' matches no scenario{_did_you_mean(p, names)}")
+    return found
 
 
 # Scheduler values are written into sbatch scripts, workflow YAML and manifests: each is matched in full

@@ -60,10 +60,11 @@ def write_matrix(tmp: Path, scenarios: dict[str, dict[str, Any]]) -> Path:
 
 
 def run_matrix(tmp: Path, scenarios: dict[str, dict[str, Any]], during: Callable[[Path, HostBackend], None] | None = None) -> dict[str, dict[str, Any]]:
-    """Run the matrix in this process on the host backend (helper on); `during` runs beside it."""
+    """Run the matrix in this process on the host backend (helper on), one cell at a time (what happens to the
+    helper between cells is what these tests check); `during` runs beside it."""
     backend = HostBackend()
     reports = tmp / "reports"
-    runner = Runner(backend, Paths(reports), timeout=TIMEOUT, console=Console(file=io.StringIO()))
+    runner = Runner(backend, Paths(reports), jobs=1, timeout=TIMEOUT, console=Console(file=io.StringIO()))
     cells = expand(load(write_matrix(tmp, scenarios)), "cpu")
     side = threading.Thread(target=during, args=(reports, backend), daemon=True) if during else None
     if side:

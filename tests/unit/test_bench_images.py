@@ -33,7 +33,7 @@ def test_references_name_their_registry() -> None:
 
 def test_the_gpu_profile_compares_its_runtime_bases_with_cudnn_devel() -> None:
     compare = bench_images.pairs(ROOT / "matrix.yaml", "gpu")
-    assert compare and all(image.endswith("-runtime-ubuntu22.04") and devel.endswith("-cudnn-devel-ubuntu22.04") for image, (_, devel) in compare.items())
+    assert compare and all(image.endswith("-runtime-ubuntu24.04") and devel.endswith("-cudnn-devel-ubuntu24.04") for image, (_, devel) in compare.items())
     assert all(image.split(":")[1].split("-")[0] == devel.split(":")[1].split("-")[0] for image, (_, devel) in compare.items())  # same CUDA
 
 
@@ -69,4 +69,4 @@ def test_an_unreachable_registry_gives_no_figures_and_exit_1(monkeypatch: pytest
     assert bench_images.main() == 1
     out = capsys.readouterr().out
     assert out.startswith("could not reach the registry registry-1.docker.io for nvidia/cuda:") and "Name or service not known" in out
-    assert "the images it would compare" in out and "-cudnn-devel-ubuntu22.04" in out and "GB" not in out
+    assert "the images it would compare" in out and "-cudnn-devel-ubuntu24.04" in out and "GB" not in out

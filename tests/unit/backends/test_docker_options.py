@@ -16,6 +16,7 @@ from envmatrix.host.pipconfig import PipSettings
 from envmatrix.plan.install import Sources
 from envmatrix.run.forkclient import Ended, HelperFailed
 from envmatrix.spec.matrix import Scenario
+from probes import caches
 
 READY = Prepared(python="python", seconds=0.0, reused=True, facts={"image": "envmatrix-probe:0123456789abcdef"})
 DDP2 = Scenario("ddp2", world_size=2)
@@ -40,8 +41,13 @@ def assert_locked_down(options: dict[str, Any]) -> None:
     assert options["network_mode"] == "none"
     assert options["cap_drop"] == ["ALL"] and options["security_opt"] == ["no-new-privileges"]
     assert options["read_only"] is True and set(options["tmpfs"]) == {"/tmp", "/home/probe"}
+    # compiled caches (Triton, inductor, vLLM, extensions) load from there: Docker's tmpfs default is noexec
+    assert all("exec" in opts.split(",") and "noexec" not in opts.split(",") for opts in options["tmpfs"].values())
+    env = options["environment"]
+    assert env["HOME"] == "/home/probe" and all(env[name].startswith("/home/probe/") for name in caches.FOLDERS if name != "HOME")
     uid, _, gid = options["user"].partition(":")
     assert uid.isdigit() and gid.isdigit() and uid != "0"
+    assert {f"uid={uid}", f"gid={gid}"} <= set(options["tmpfs"]["/home/probe"].split(","))  # HOME is the cell user's to write
     assert options["shm_size"] == "2g" and options["ipc_mode"] == "private"
     assert options["environment"]["NCCL_SOCKET_IFNAME"] == "lo" and options["environment"]["GLOO_SOCKET_IFNAME"] == "lo"
     assert options["init"] is True and options["labels"]["envmatrix"] == "cell"

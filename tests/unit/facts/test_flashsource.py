@@ -85,3 +85,21 @@ def test_releases_coverage_for_new_torch_is_none() -> None:
     for torch in ("2.9.0", "2.13.0", "2.15.0"):
         assert any("publishes no wheel for torch" in r for r in catalog.release_wheel_reasons("2.8.3", torch=torch, cuda="12.8", python="3.11"))
     assert any("no wheel for CUDA 13.0" in r for r in catalog.release_wheel_reasons("2.8.3", torch="2.8.0", cuda="13.0", python="3.11"))
+
+
+def test_an_images_flash_attn_record_reads_back_as_a_venvs() -> None:
+    """The docker backend's flash-attn facts come from the record the image's step wrote, in the venv backend's form."""
+    sha = "a" * 64
+    text = f"releases flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl {sha} https://github.com/x/y.whl\n/opt/venv/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so\n"
+    facts, library = flashsource.image_facts(text)
+    assert facts == {
+        "file": "flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl",
+        "sha256": sha,
+        "source": "releases",
+        "origin": "https://github.com/x/y.whl",
+    }
+    assert library is not None and library.endswith("flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so")
+    built, none = flashsource.image_facts("sdist flash-attn-2.8.3 - pypi\n")
+    assert built["file"] == "flash-attn-2.8.3 (sdist, built here)" and built["sha256"] == "" and none is None
+    with pytest.raises(ValueError, match="SOURCE FILE SHA256 ORIGIN"):
+        flashsource.image_facts("garbage")

@@ -250,7 +250,7 @@ def test_an_sdist_only_release_is_read_from_its_pkg_info_without_building(tmp_pa
             member = tarfile.TarInfo(name)
             member.size = len(data)
             tf.addfile(member, io.BytesIO(data))
-    assert pkgconstraints.sdist_metadata(sdist) == (["torch", "pydantic>=2.0.0"], None)
+    assert pkgconstraints.sdist_metadata(sdist) == (["torch", "pydantic>=2.0.0"], None, {})
 
 
 def test_the_shipped_deepspeed_releases_are_known_from_their_sdists() -> None:

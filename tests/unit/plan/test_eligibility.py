@@ -10,7 +10,7 @@ from envmatrix.answers.bisect_run import BisectRequest, base_environment, check_
 from envmatrix.answers.doctor import cells_for
 from envmatrix.errors import InputError
 from envmatrix.plan import eligibility
-from envmatrix.plan.cells import PLANNED, SKIPPED, Environment
+from envmatrix.plan.cells import COVERED, PLANNED, SKIPPED, Environment
 from envmatrix.plan.expand import expand
 from envmatrix.spec.matrix import load
 
@@ -41,9 +41,9 @@ def test_a_zero_scenario_without_deepspeed_is_not_applicable_and_says_so() -> No
 
 def test_trl_under_fsdp2_needs_a_gpu_and_under_zero_needs_deepspeed() -> None:
     """accelerate engages FSDP only on GPUs: on the cpu runner the cell would silently train under DDP."""
-    cell = eligibility.judge(CPU, env(trl="1.16.0", deepspeed="0.18.4"), SPEC.scenarios["trl-fsdp2"])
+    cell = eligibility.judge(CPU, env(trl="1.16.0", deepspeed="0.18.9"), SPEC.scenarios["trl-fsdp2"])
     assert cell.status == SKIPPED and "accelerate engages FSDP only on GPUs" in cell.reason
-    assert eligibility.judge(CPU, env(trl="1.16.0", deepspeed="0.18.4"), SPEC.scenarios["trl-zero3"]).status == PLANNED
+    assert eligibility.judge(CPU, env(trl="1.16.0", deepspeed="0.18.9"), SPEC.scenarios["trl-zero3"]).status == PLANNED
     assert "needs the deepspeed package" in eligibility.judge(CPU, env(trl="1.16.0"), SPEC.scenarios["trl-zero3"]).reason
 
 
@@ -77,6 +77,9 @@ def test_doctor_judges_the_installed_environment_by_the_same_rules() -> None:
 def test_plan_and_judge_agree_on_every_cell() -> None:
     for cell in expand(SPEC, "cpu"):
         again = eligibility.judge(CPU, cell.env, cell.scenario)
+        if cell.status == COVERED:  # planned by the eligibility; another planned cell's run covers it
+            assert again.status == PLANNED and cell.covered_by
+            continue
         assert (again.status, again.reason, again.kinds) == (cell.status, cell.reason, cell.kinds)
 
 
@@ -110,3 +113,24 @@ def test_bisect_set_is_validated() -> None:
         else:
             raise AssertionError(f"--set {held} was accepted")
     check_held(CPU, {"trl": "0.19.1", "torch": "2.13.0"}, "transformers")
+
+
+def test_an_extras_constraints_hold_where_the_environment_takes_the_extra_up() -> None:
+    """trl with vllm installed is what `pip install trl[vllm]` gives: TRL 1.16.0's [vllm] extra (vllm 0.22.0-0.31.0, read
+    from its wheel) rules out the vllm 0.11.0 pairing the gpu profile had; a release inside the range is planned."""
+    gpu = SPEC.profiles["gpu"]
+    vllm = SPEC.scenarios["trl-vllm-colocate"]
+
+    def h20(vllm_version: str, transformers: str) -> Environment:
+        return Environment("13.0", "2.13.0", transformers, "none", "H20", "3.12", (("trl", "1.16.0"), ("vllm", vllm_version)))
+
+    old = eligibility.judge(gpu, h20("0.11.0", "4.57.6"), vllm)
+    assert old.status == SKIPPED and eligibility.PACKAGES in old.kinds
+    assert "trl 1.16.0's extra [vllm] requires vllm<=0.31.0,>=0.22.0" in old.reason and "this environment has vllm 0.11.0" in old.reason
+    assert eligibility.judge(gpu, h20("0.31.0", "5.17.0"), vllm).status == PLANNED
+    # without vllm in the environment the extra is not taken up: trl alone is planned
+    assert eligibility.judge(CPU, env(trl="1.16.0"), SPEC.scenarios["trl-grpo"]).status == PLANNED
+    # [deepspeed]: deepspeed >= 0.18.6 for trl 1.16.0, while trl 1.8.0 accepts 0.18.4
+    zero3 = SPEC.scenarios["trl-zero3"]
+    assert "extra [deepspeed] requires deepspeed>=0.18.6" in eligibility.judge(CPU, env(trl="1.16.0", deepspeed="0.18.4"), zero3).reason
+    assert eligibility.judge(CPU, env(trl="1.8.0", deepspeed="0.18.4"), zero3).status == PLANNED

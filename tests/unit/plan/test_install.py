@@ -146,3 +146,34 @@ def test_deepspeed_installs_without_building_its_ops_unless_the_profile_asks() -
     assert install_set(ds, Sources(SETTINGS)).build_env == (("DS_BUILD_OPS", "0"),)
     assert install_set(ds, Sources(SETTINGS, build_from_source=True)).build_env == (("DS_BUILD_OPS", "1"),)
     assert install_set(Environment("none", "2.13.0", "4.57.6", "none", "cpu", "3.11", (("deepspeed", "none"),)), Sources(SETTINGS)).build_env == ()
+
+
+def test_every_image_of_the_shipped_gpu_profile_can_have_its_python_user_and_compiler() -> None:
+    """The gpu profile asks for Python 3.12: its base must be a distribution that ships it (ubuntu 24.04's
+    nvidia/cuda images), or the image gets a uv-managed CPython; environments with vLLM (Triton) or DeepSpeed
+    (JIT ops) get a compiler."""
+    from envmatrix.facts import catalog
+
+    spec = SPEC
+    sources = Sources.of(spec.profiles["gpu"], ROOT, PipSettings(None, (), ()))
+    seen = set()
+    for build in builds(expand(spec, "gpu")):
+        wanted = install_set(build.env, sources)
+        assert wanted.base_image is not None, build.build_id
+        system = wanted.base_image.rsplit("-", 1)[1]
+        ships = build.env.python in catalog.DISTRIBUTION_PYTHONS[system]
+        assert (ships and wanted.python_from == catalog.PYTHON_FROM_DISTRIBUTION) or wanted.python_from == catalog.PYTHON_FROM_UV, build.build_id
+        compiles = {n for n, v in build.env.packages if v != "none"} & {"vllm", "deepspeed"}
+        assert bool(wanted.compiler) == bool(compiles), build.build_id
+        seen |= compiles
+    assert seen == {"vllm", "deepspeed"}  # the profile has both kinds
+
+
+def test_a_python_no_distribution_ships_comes_from_uv() -> None:
+    from envmatrix.facts import catalog
+
+    assert catalog.base_image_for("12.4", "3.12", toolkit=False) == catalog.BaseImage("nvidia/cuda:12.4.1-runtime-ubuntu22.04", "ubuntu22.04", "uv")
+    assert catalog.base_image_for("12.8", "3.12", toolkit=False) == catalog.BaseImage("nvidia/cuda:12.8.1-runtime-ubuntu24.04", "ubuntu24.04", "distribution")
+    devel = catalog.base_image_for("12.8", "3.11", toolkit=True)
+    assert devel == catalog.BaseImage("nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04", "ubuntu22.04", "distribution")
+    assert catalog.base_image_for("none", "3.11", toolkit=False) == catalog.BaseImage(catalog.CPU_BASE_IMAGE, catalog.CPU_BASE_OS, "distribution")

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from envmatrix.plan.builds import builds
-from envmatrix.plan.cells import PLANNED, SKIPPED
+from envmatrix.plan.cells import COVERED, PLANNED, SKIPPED
 from envmatrix.plan.expand import expand
 from envmatrix.spec.matrix import load
 
@@ -28,6 +28,7 @@ def gpu_plan() -> dict[str, object]:
         "cells": len(cells),
         "planned": sum(c.status == PLANNED for c in cells),
         "skipped": sum(c.status == SKIPPED for c in cells),
+        "covered": sum(c.status == COVERED for c in cells),
         "planned_by_gpu": dict(sorted(Counter(c.env.gpu for c in cells if c.status == PLANNED).items())),
         "environments": [b.build_id for b in builds(cells)],
         "skipped_by_kind": dict(sorted(Counter(k for c in cells for k in c.kinds).items())),

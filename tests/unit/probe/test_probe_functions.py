@@ -230,3 +230,14 @@ def test_image_prompts_carry_one_placeholder_per_merged_patch() -> None:
     prompts = vision.image_prompts(["a", "b", "c", "d"], 2, "<s>", "P", "</s>")
     assert [p.count("P") for p in prompts] == [vision.image_tokens(g, 2) for g in vision.GRIDS] == [4, 2, 6, 1]
     assert prompts[1] == "<s>PP</s>b"
+
+
+def test_a_vllm_cells_tiny_model_has_the_engines_head_size_on_every_device() -> None:
+    """The shape is chosen for vLLM, not the device: head size 32 on CPU and GPU alike (16 is the families' own)."""
+    from probes import families, train
+
+    text = families.ModelSource(family="qwen2", path=None)
+    assert train.engine_head_dim(True, text) == train.VLLM_HEAD_DIM == 32
+    assert train.engine_head_dim(False, text) is None
+    assert train.engine_head_dim(True, families.ModelSource(family="qwen2_5_vl", path=None, vision=True)) is None
+    assert train.engine_head_dim(True, families.ModelSource(family=None, path="/some/checkpoint")) is None

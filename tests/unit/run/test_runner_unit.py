@@ -193,3 +193,79 @@ def test_a_cpu_runner_hands_out_no_gpus(tmp_path: Path) -> None:
     report = runner(tmp_path, backend).run(cells(env(), scenarios=(Scenario("one"), Scenario("ddp2", world_size=2))))
     assert report.types == {"cpu": ()} and report.types_text == "cpu (no GPU)"
     assert [ids for _, ids in backend.ran] == [[], []]
+
+
+class TimedBackend(FakeBackend):
+    """Preparing and running take time; every start and end is noted with its monotonic time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, str, float]] = []
+
+    def prepare(self, build: Build, log: Path) -> Prepared:
+        import time
+
+        self.events.append(("prepare-start", build.build_id, time.monotonic()))
+        time.sleep(0.4)
+        ready = super().prepare(build, log)
+        self.events.append(("prepare-end", build.build_id, time.monotonic()))
+        return ready
+
+    def run(self, ready: Prepared, scenario: Scenario, out: Path, log: Path, *, timeout: float, gpu_ids: list[int]) -> Completed:
+        import time
+
+        self.events.append(("run-start", scenario.name + "|" + ready.env.get("OMP_NUM_THREADS", ""), time.monotonic()))
+        time.sleep(0.3)
+        done = super().run(ready, scenario, out, log, timeout=timeout, gpu_ids=gpu_ids)
+        self.events.append(("run-end", scenario.name, time.monotonic()))
+        return done
+
+
+def test_the_next_environment_is_prepared_while_the_cells_of_a_ready_one_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("envmatrix.run.runner.host_cores", lambda: 2)
+    backend = TimedBackend()
+    plan = cells(env("4.51.3"), env("4.57.6"), env("5.23.0"), scenarios=(Scenario("a"), Scenario("b")))
+    report = runner(tmp_path, backend).run(plan)  # --jobs not given: the host's 2 cores
+    assert report.ran == 6 and all(r.klass == "ok" for r in report.records)
+    times = {(kind, what): t for kind, what, t in backend.events}
+    first, second = (b.env.build_id for b in (plan[0], plan[2]))
+    # the first environment's cells started once it was ready, and the second was being prepared while they ran
+    first_runs = [t for kind, _, t in backend.events if kind == "run-start"]
+    assert times[("prepare-end", first)] <= min(first_runs) < times[("prepare-end", second)]
+    assert times[("prepare-start", second)] < min(t for kind, _, t in backend.events if kind == "run-end")
+    # two cells at once, each with one of the two cores' torch threads
+    starts = [what for kind, what, _ in backend.events if kind == "run-start"]
+    assert all(s.endswith("|1") for s in starts)
+    spans = sorted((t, +1 if kind == "run-start" else -1) for kind, _, t in backend.events if kind in ("run-start", "run-end"))
+    running = peak = 0
+    for _, step in spans:
+        running += step
+        peak = max(peak, running)
+    assert peak == 2
+
+
+def test_jobs_follow_what_the_host_carries() -> None:
+    from envmatrix.run.runner import default_jobs, thread_env
+
+    assert default_jobs({"cpu": ()}, cores=2) == 2
+    assert default_jobs({"A100": (0, 1), "H20": (2, 3, 4)}, cores=64) == 5
+    assert thread_env(16, 4) == {"OMP_NUM_THREADS": "4"} and thread_env(2, 8) == {"OMP_NUM_THREADS": "1"}
+
+
+def test_a_covered_cell_is_recorded_with_the_outcome_of_the_cell_that_ran_and_never_runs(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from envmatrix.plan.cells import COVERED
+    from envmatrix.records.record import Status
+
+    backend = FakeBackend()
+    ran, other = cells(env("4.57.6"), env("5.23.0"))
+    plan = [ran, replace(other, status=COVERED, reason=f"covered by {ran.id}: fp32-sdpa depends on no package axis", covered_by=ran.id)]
+    report = runner(tmp_path, backend).run(plan)
+    assert report.ran == 1 and report.covered == 1 and [name for name, _ in backend.ran] == ["fp32-sdpa"]
+    record = read_record(tmp_path / "results" / f"{other.id.replace('/', '__')}.json")
+    assert record.status == Status.COVERED and record.covered_by == ran.id and record.klass == "ok"
+    assert record.outcome.evidence.startswith(f"as {ran.id}, which ran")
+    # a re-run with the cell that ran cached still records the covered one
+    again = runner(tmp_path, backend).run(plan)
+    assert again.cached == 1 and again.covered == 1 and len(backend.ran) == 1

@@ -1,0 +1,30 @@
+"""A lock keeps flash-attn: its freeze line is a local file pip cannot look up, so the lock names the wheel's own
+URL and the sha256 of the file installed (the build facts both backends record)."""
+
+from __future__ import annotations
+
+from envmatrix.outputs.lock import flash_entry, pylock_toml, requirements_lock
+from envmatrix.records.record import BuildFacts
+
+SHA = "b" * 64
+WHEEL = "flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
+URL = f"https://github.com/Dao-AILab/flash-attention/releases/download/v2.8.3/{WHEEL}"
+
+
+def test_a_released_wheel_is_locked_by_its_url_and_hash() -> None:
+    build = BuildFacts(
+        tool="docker", freeze=(f"flash-attn @ file:///tmp/fa/{WHEEL}",), flash_attn={"file": WHEEL, "sha256": SHA, "source": "releases", "origin": URL}
+    )
+    entry = flash_entry(build)
+    assert entry == {"name": "flash-attn", "version": "2.8.3+cu12torch2.8cxx11abiTRUE", "url": URL, "sha256": SHA, "direct": "yes"}
+    text = requirements_lock([entry], "env")
+    assert f"flash-attn @ {URL} \\\n    --hash=sha256:{SHA}" in text
+    assert f'url = "{URL}"' in pylock_toml([entry], "3.12")
+
+
+def test_no_entry_without_a_fetched_wheel() -> None:
+    assert flash_entry(BuildFacts()) is None
+    built = {"file": "flash-attn-2.8.3 (sdist, built here)", "sha256": "", "source": "sdist", "origin": "https://pypi.org/project/flash-attn/2.8.3/"}
+    assert flash_entry(BuildFacts(flash_attn=built)) is None
+    local = {"file": WHEEL, "sha256": SHA, "source": "wheelhouse", "origin": f"/srv/wheels/{WHEEL}"}
+    assert flash_entry(BuildFacts(flash_attn=local)) is None
