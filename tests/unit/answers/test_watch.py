@@ -41,8 +41,10 @@ scenarios:
 
 def test_affects_and_changed() -> None:
     trl, builtin = Scenario("t", trainer="trl"), Scenario("b")
-    assert affects("transformers", builtin) and affects("trl", trl) and affects("accelerate", trl)
-    assert not affects("trl", builtin) and not affects("deepspeed", trl) and affects("datasets", builtin), "an unknown package may matter to any scenario"
+    assert affects("transformers", builtin, "cpu") and affects("trl", trl, "cpu") and affects("accelerate", trl, "cpu")
+    assert not affects("trl", builtin, "cpu") and not affects("deepspeed", trl, "cpu") and affects("datasets", builtin, "cpu"), (
+        "an unknown package may matter to any scenario"
+    )
     ok, err = _rec("trl-grpo", "ok"), _rec("trl-grpo", "error")
     assert changed(ok, err) is True and changed(err, ok) is False and changed(ok, ok) is None
     assert changed(ok, _rec("trl-grpo", "build_failed")) is None, "a cell that could not be made says nothing"
