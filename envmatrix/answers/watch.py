@@ -101,6 +101,7 @@ class Watch:
     cached: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    listed_only: bool = False  # the host backend: the releases beyond the baseline were listed, not run
 
     @property
     def broken(self) -> list[Regression]:

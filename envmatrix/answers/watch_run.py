@@ -225,6 +225,7 @@ def run_watch(spec: Spec, req: WatchRequest, console: Console) -> Watch:
         first = next(iter(w.baseline.values()))
         raise BackendError(f"the baseline environment {base.id} could not be made ({first.klass}: {first.outcome.evidence[:300]}); see {first.log.path}")
     if req.backend == "host":  # this interpreter is the baseline: the releases beyond it are listed, never run in it
+        w.listed_only = True
         return _done(w, cells, start)
     for watched in w.axes:
         if watched.newest is None:

@@ -60,9 +60,11 @@ def markdown(w: Watch, *, reports: str) -> str:
     lines.append("Baseline cells: " + ", ".join(_shown(r) for r in w.baseline.values()) + ".")
     if not w.baseline_healthy:
         lines.append("**The baseline itself does not train cleanly**: changes below are measured against what it shows.")
-    lines += ["", "## Releases tried", ""]
+    lines += ["", "## Releases listed" if w.listed_only else "## Releases tried", ""]
     lines.append(
-        "Only the newest installable release of each axis was tried with everything else at the baseline, then all newest together; "
+        "The host backend runs only the baseline (this interpreter): the releases beyond it are listed, not run; the venv or docker backend tries them."
+        if w.listed_only
+        else "Only the newest installable release of each axis was tried with everything else at the baseline, then all newest together; "
         "releases in between were tried only as bisection points where an outcome changed."
     )
     lines += [
@@ -71,7 +73,8 @@ def markdown(w: Watch, *, reports: str) -> str:
         "|---|---|---|---|---|---|",
     ]
     for a in w.axes:
-        shown = ", ".join(_shown(r) for r in a.records.values()) or printable(a.problem or "no scenario depends on it")
+        untried = "listed, not run (host backend)" if w.listed_only and a.newest else "no scenario depends on it"
+        shown = ", ".join(_shown(r) for r in a.records.values()) or printable(a.problem or untried)
         lines.append(f"| {a.axis} | {a.baseline} | {a.listed} | {a.latest or '-'} | {a.newest or '-'} | {shown} |")
     ruled = [f"{a.axis} {r}: {printable(a.ruled_out[r])}" for a in w.axes for r in sorted(a.ruled_out, key=Version, reverse=True)[:3]]
     if ruled:
@@ -79,7 +82,9 @@ def markdown(w: Watch, *, reports: str) -> str:
     if w.all_newest_env is not None:
         lines += ["", f"All newest together ({', '.join(pins(w.all_newest_env))}): " + ", ".join(_shown(r) for r in w.all_newest.values()) + "."]
     lines += ["", "## What broke", ""]
-    if not w.broken:
+    if w.listed_only:
+        lines.append("Nothing was tried beyond the baseline (host backend).")
+    elif not w.broken:
         lines.append("Nothing: every newer release tried shows the baseline's outcomes.")
     for reg in w.regressions:
         expect = w.baseline[reg.scenario].expect
