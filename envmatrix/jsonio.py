@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import uuid
 from pathlib import Path
 from typing import Any
+
+from probes import untrusted
 
 from .errors import InputError, OutputError
 
@@ -53,21 +54,11 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def read_json_bounded(path: Path, limit: int, kind: str, error: type[InputError] = InputError) -> Any:
-    """The JSON value in an untrusted file: a regular file of at most `limit` bytes holding JSON; otherwise
-    `error` naming the path and why (`kind` says what the file should be: "a record", "a probe result")."""
+    """The JSON value in an untrusted file: a regular file of at most `limit` bytes holding JSON nested and
+    numbered within bounds (probes/untrusted.py); otherwise `error` naming the path and why (`kind` says what
+    the file should be: "a record", "a probe result")."""
+    bounds = untrusted.Kind(kind, limit, max_depth=64)
     try:
-        info = path.stat()
-    except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise error(f"{path}: not a regular file")
-    if info.st_size > limit:
-        raise error(f"{path}: {info.st_size} bytes, larger than {kind} can be ({limit})")
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(limit + 1)
-        return json.loads(raw)
-    except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror})") from None
-    except (ValueError, RecursionError):
-        raise error(f"{path}: not JSON (torn or not {kind})") from None
+        return untrusted.read_json(path, bounds)
+    except untrusted.Refused as exc:
+        raise error(str(exc)) from None
