@@ -32,14 +32,14 @@ class Kind:
     what: str
     max_bytes: int
     max_depth: int = 32
-    max_digits: int = 30
+    max_digits: int = 40  # transformers writes an unset model_max_length as int(1e30): 31 digits
     max_values: int = 100_000
     hint: str = ""
 
 
 #: A matrix file is a few KiB (PyYAML reads some 100-200 KiB/s); it nests five levels; no field takes a
 #: number above 2**31 - 1.
-MATRIX = Kind("a matrix file", 256 * KIB, hint="a matrix file is a few KiB; is this the right file?")
+MATRIX = Kind("a matrix file", 256 * KIB, max_digits=30, hint="a matrix file is a few KiB; is this the right file?")
 #: A TRL GRPOConfig or recipe (open-r1's): a few KiB of YAML or JSON, read by the matrix file's loader.
 GRPO_CONFIG = Kind("a GRPO config", 256 * KIB, hint="a GRPOConfig is a few KiB of YAML or JSON; is this the right file?")
 #: A model's config.json: released ones hold 1-20 KiB (long rope factor lists, quantization module lists and
@@ -71,6 +71,9 @@ MAX_TOKENS = 1 << 19
 #: Embedding rows a shrunk model may have: it covers the ids the probe uses (its prompts through the chat
 #: template, the parity texts, the special tokens), whatever the tokenizer's length.
 MAX_EMBEDDING_ROWS = 300_000
+#: Parameters a shrunk model may keep (its embedding at MAX_EMBEDDING_ROWS, untied, is 38 M): a size the shrink
+#: keeps, such as learned positions for 16 M tokens, would otherwise make the "tiny" model gigabytes.
+MAX_SHRUNK_PARAMETERS = 50_000_000
 #: A chat template renders the probe's few one-line user turns in milliseconds; it gets this long, this much
 #: more address space, and this many characters of output, in a child process of its own.
 TEMPLATE_SECONDS = 5.0

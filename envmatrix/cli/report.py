@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-
 from ..errors import InputError
 from ..outputs.findings import find
 from ..outputs.report import write_report
 from ..outputs.summary import print_findings, print_vetting
+from ..outputs.terminal import Console
 from ..records.record import load_records
 from . import options
 from .common import warn
