@@ -188,14 +188,11 @@ def read_json(path: Path, kind: Kind) -> Any:
     return parse_json(read_bytes(path, kind), path, kind)
 
 
-def open_stream(path: str, kind: Kind) -> tuple[Any, str | None]:
+def open_stream(path: str, kind: Kind) -> tuple[Bounded, str | None]:
     """A binary stream over `path` that stops at the kind's byte bound, and a note when it may be cut: a regular
     file beyond the bound is Refused; anything else (a FIFO, a device such as /dev/zero) is read up to the bound,
-    and the note says so. A folder is Refused."""
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise Refused(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    and the note says so. A folder is Refused; a path that cannot be opened raises OSError (the caller words it)."""
+    info = os.stat(path)
     if stat.S_ISDIR(info.st_mode):
         raise Refused(f"{path}: a folder, not {kind.what}; give a file")
     if stat.S_ISREG(info.st_mode):
@@ -203,11 +200,7 @@ def open_stream(path: str, kind: Kind) -> tuple[Any, str | None]:
         note = None
     else:
         note = f"{path} is {_file_type(info.st_mode)}, not a regular file: read up to {size_text(kind.max_bytes)} of it"
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
-    except OSError as exc:
-        raise Refused(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    return Bounded(fh, kind.max_bytes), note
+    return Bounded(open(path, "rb"), kind.max_bytes), note  # the caller closes it
 
 
 class Bounded:
