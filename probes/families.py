@@ -346,7 +346,11 @@ def load_checkpoint(path: str, attn: str) -> Any:
     except Exception as exc:
         if not _checkpoint_problem(exc):
             raise
-        raise ProbeInputError(f"the checkpoint in {path} cannot load: {type(exc).__name__}: {fullsize.first_line(exc)}") from None
+        root = exc
+        while root.__cause__ is not None or root.__context__ is not None:
+            root = root.__cause__ or root.__context__  # type: ignore[assignment]
+        why = f" (because {type(root).__name__}: {fullsize.first_line(root, 300)})" if root is not exc else ""
+        raise ProbeInputError(f"the checkpoint in {path} cannot load: {type(exc).__name__}: {fullsize.first_line(exc)}{why}") from None
 
 
 def widen(cfg: Any, head_dim: int) -> None:

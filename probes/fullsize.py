@@ -86,7 +86,7 @@ def _mapped(model_type: str) -> list[str]:
     """The model classes transformers' auto mappings name for `model_type` (generating ones first)."""
     from transformers.models.auto import modeling_auto
 
-    tables = [*GENERATING_AUTO, *sorted(n for n in dir(modeling_auto) if n.endswith("_MAPPING_NAMES") and n not in GENERATING_AUTO)]
+    tables = [*GENERATING_AUTO, *sorted(n for n in dir(modeling_auto) if n.startswith("MODEL_") and n.endswith("_MAPPING_NAMES") and n not in GENERATING_AUTO)]
     names: list[str] = []
     for table in tables:
         mapping = getattr(modeling_auto, table, None)
@@ -168,14 +168,22 @@ def _on_meta() -> Any:
         yield
 
 
-def build_on_meta(make: Callable[[Any], Any], config: Any, where: Path, name: str, what: str = "at full size") -> tuple[int, float]:
-    """Build the model on the meta device: (parameters, seconds), or bad input naming the file and what failed."""
+def _blame(raw: dict[str, Any], text: str) -> str:
+    """The fields whose text value an error message quotes (`'nope'` → hidden_act), to name them."""
+    named = [f"{k}: {v!r}" for k, v in raw.items() if isinstance(v, str) and len(v) >= 2 and (repr(v) in text or f'"{v}"' in text)]
+    return f" (the value of {', '.join(named[:3])})" if named else ""
+
+
+def build_on_meta(make: Callable[[Any], Any], config: Any, where: Path, name: str, raw: dict[str, Any]) -> tuple[int, float]:
+    """Build the model on the meta device: (parameters, seconds), or bad input naming the file, what failed, and
+    the field whose value the error quotes."""
     t = time.perf_counter()
     try:
         with _on_meta():
             model = make(config)
     except BUILD_ERRORS as exc:
-        raise ProbeInputError(f"{where}: transformers {transformers.__version__} cannot build {name} {what} from it: {first_line(exc)}") from None
+        said = f"{type(exc).__name__}: {first_line(exc)}"
+        raise ProbeInputError(f"{where}: transformers {transformers.__version__} cannot build {name} at full size from it: {said}{_blame(raw, said)}") from None
     params = sum(p.numel() for p in model.parameters())
     return params, round(time.perf_counter() - t, 3)
 
@@ -187,7 +195,7 @@ def check(raw: dict[str, Any], folder: Path, *, trusted: bool) -> Arch:
     cls = config_class(raw, folder)
     config = load_config(cls, raw, where, folder)
     make, name, notes = model_maker(raw, config, where, trusted=trusted)
-    params, seconds = build_on_meta(make, config, where, name)
+    params, seconds = build_on_meta(make, config, where, name, raw)
     return Arch(raw=raw, config_class=cls, make=make, name=name, notes=tuple(notes), params=params, seconds=seconds)
 
 

@@ -91,7 +91,7 @@ def read_config(folder: Path) -> dict[str, Any]:
     path = folder / "config.json"
     if not folder.is_dir():
         raise Refused(f"{folder}: not a folder; give the folder that holds the model's config.json and tokenizer files")
-    if not path.is_file() and not path.is_symlink():
+    if not path.exists() and not path.is_symlink():
         raise Refused(f"{path}: no config.json in the folder; download it with the tokenizer files (no weights needed)")
     data = untrusted.read_json(path, untrusted.MODEL_CONFIG)
     if not isinstance(data, dict):
@@ -203,11 +203,15 @@ def token_count(data: Any) -> int:
     if not isinstance(data, dict):
         return 0
     model = data.get("model")
-    if isinstance(model, dict):
-        vocab = model.get("vocab")
-        added = data.get("added_tokens")
-        return (len(vocab) if isinstance(vocab, (dict, list)) else 0) + (len(added) if isinstance(added, list) else 0)
-    return len(data)
+    if not isinstance(model, dict):
+        return len(data)
+    vocab = model.get("vocab")
+    if isinstance(vocab, list):  # Unigram: [piece, score] pairs
+        vocab = {e[0]: None for e in vocab if isinstance(e, list) and e and isinstance(e[0], str)}
+    vocab = vocab if isinstance(vocab, dict) else {}
+    added = data.get("added_tokens")
+    extra = sum(1 for a in added if not isinstance(a, dict) or a.get("content") not in vocab) if isinstance(added, list) else 0
+    return len(vocab) + extra  # added tokens that are in the vocabulary already are not counted twice
 
 
 def template_origin(folder: Path) -> str:

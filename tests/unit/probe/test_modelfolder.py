@@ -149,8 +149,8 @@ def test_tokenizer_files_are_parsed_counted_and_templates_bounded(tmp_path: Path
 
 
 def test_token_counts() -> None:
-    assert token_count({"model": {"vocab": {"a": 0, "b": 1}}, "added_tokens": [{"id": 2}]}) == 3
-    assert token_count({"model": {"vocab": [["a", 0.0]] * 4}}) == 4  # Unigram
+    assert token_count({"model": {"vocab": {"a": 0, "b": 1}}, "added_tokens": [{"id": 2, "content": "c"}, {"id": 1, "content": "b"}]}) == 3
+    assert token_count({"model": {"vocab": [["a", 0.0], ["b", 0.0], ["c", 0.0], ["d", 0.0]]}, "added_tokens": [{"content": "a"}]}) == 4  # Unigram
     assert token_count({"a": 0, "b": 1}) == 2  # vocab.json
     assert token_count([1, 2]) == 0
 
