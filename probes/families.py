@@ -409,7 +409,8 @@ def shrunk(source: ModelSource, tokenizer: Any, prompts: list[str], texts: list[
 
 def embedding_rows(tokenizer: Any, prompts: list[str], texts: list[str], folder: str) -> int:
     """Embedding rows for the shrunk model: one past the highest id the probe can meet (its prompts through
-    the chat template, the parity texts, the special tokens); bad input past MAX_EMBEDDING_ROWS."""
+    the chat template, the parity texts, the special tokens), and at least shrink.MIN_VOCAB of the tokenizer's
+    tokens to sample from; bad input past MAX_EMBEDDING_ROWS."""
     rendered, _ = format_prompts(tokenizer, prompts)
     ids = {i for row in tokenizer(rendered + texts, add_special_tokens=True)["input_ids"] for i in row}
     named = {k: v for k, v in token_ids(tokenizer).items() if isinstance(v, int)}
@@ -421,7 +422,7 @@ def embedding_rows(tokenizer: Any, prompts: list[str], texts: list[str], folder:
             f"the tokenizer in {folder} gives the probe ids up to {top:,} ({which}), beyond the {untrusted.MAX_EMBEDDING_ROWS:,} embedding "
             "rows a shrunk model may hold; is this the model's own tokenizer?"
         )
-    return max(top + 1, 2)
+    return max(top + 1, min(len(tokenizer), shrink.MIN_VOCAB), 2)
 
 
 def token_ids(tokenizer: Any) -> dict[str, int]:

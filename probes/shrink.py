@@ -20,6 +20,9 @@ MAX_LAYERS = 8
 #: A window shorter than the probe's prompts plus completions (about 30 tokens), so it bites, as in the gemma2 family.
 WINDOW = 8
 EXPERTS, EXPERTS_PER_TOKEN = 4, 2
+#: Tokens the shrunk embedding keeps at least (of the tokenizer's, from id 0), beyond the ids the probe uses:
+#: a group's sampled completions must be able to differ (4 specials alone would make every reward equal).
+MIN_VOCAB = 4096
 VISION_WIDTH, VISION_HEADS, VISION_DEPTH = 32, 2, 2
 #: Keys of the text config that size the model, each → its shrunk value (only where the config sets them).
 TEXT_SIZES: dict[str, int] = {

@@ -79,15 +79,16 @@ def digits(name: str, key: str, count: int) -> Callable[[Path], None]:
 
 
 def write_tokenizer(folder: Path, tokens: int, *, specials_last: bool, as_added: bool = False) -> None:
-    """A word-level tokenizer of `tokens` tokens (t0, t1, ...) with pad/bos/eos/unk first or last, written as
-    tokenizer.json in chunks (no dict of millions in memory); `as_added`: the tokens are added tokens instead."""
+    """A word-level tokenizer of `tokens` tokens (t0, ~1, t2, ...: words and punctuation, so sampled completions
+    earn different rewards) with pad/bos/eos/unk first or last, written as tokenizer.json in chunks (no dict of
+    millions in memory); `as_added`: the tokens are added tokens instead."""
     specials = ["<pad>", "<s>", "</s>", "[UNK]"]
     base = tokens if specials_last else 0
     special_ids = {s: base + i for i, s in enumerate(specials)}
     first = 0 if specials_last else len(specials)
 
     def entries(lo: int, hi: int) -> str:
-        return ",".join(f'"t{i}":{first + i}' for i in range(lo, hi))
+        return ",".join(f'"{"t~"[i % 2]}{i}":{first + i}' for i in range(lo, hi))
 
     flags = {"single_word": False, "lstrip": False, "rstrip": False}
     added = [{"id": i, "content": s, **flags, "normalized": False, "special": True} for s, i in special_ids.items()]

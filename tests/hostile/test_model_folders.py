@@ -94,7 +94,7 @@ def test_a_huge_tokenizer_trains_a_tiny_model_when_the_probes_ids_are_few(good_f
     done = preflight(tmp_path, "--model-config", str(folder), "--format", "json")
     answer = json.loads(done.stdout)
     assert (done.returncode, answer["class"]) == (0, "ok"), done.stderr[-3000:]
-    assert answer["model"]["params"] < 200_000 and "vocab_size 151936 →" in " ".join(answer["model"]["changes"])
+    assert answer["model"]["params"] < 1_000_000 and answer["model"]["changes"]["vocab_size"] == "151936 → 4096"
 
 
 def test_escape_sequences_from_a_users_files_never_reach_the_terminal(good_folder: Path, tmp_path: Path) -> None:
