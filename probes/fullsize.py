@@ -65,12 +65,20 @@ def config_class(raw: dict[str, Any], folder: Path) -> type:
     return type(transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=True))
 
 
+def _refused_by_config(exc: BaseException) -> bool:
+    """A config class's own validation: ValueError and kin (4.x), huggingface_hub's strict dataclasses (5.x)."""
+    return isinstance(exc, BUILD_ERRORS) or any(c.__name__ == "StrictDataclassError" for c in type(exc).__mro__)
+
+
 def load_config(cls: type, data: dict[str, Any], where: Path, folder: Path) -> Any:
     """`data` in its config class; a refusal from the class (its own validation) is bad input naming the file."""
     try:
         config = cls.from_dict(data)  # type: ignore[attr-defined]
-    except BUILD_ERRORS as exc:
-        raise ProbeInputError(f"{where}: transformers {transformers.__version__} refuses it: {first_line(exc)}") from None
+    except Exception as exc:
+        if not _refused_by_config(exc):
+            raise
+        said = first_line(exc.__cause__ if exc.__cause__ is not None and not isinstance(exc, BUILD_ERRORS) else exc)
+        raise ProbeInputError(f"{where}: transformers {transformers.__version__} refuses it: {said}") from None
     if remote_code(data):
         config._name_or_path = str(folder)  # where auto_map's modeling file is loaded from
     return config
@@ -160,10 +168,16 @@ def _config_types() -> Any:
 
 @contextlib.contextmanager
 def _on_meta() -> Any:
-    """Modules made on the meta device, their weight initialisation skipped."""
+    """Modules made on the meta device, their weight initialisation skipped (transformers' own switch: in
+    modeling_utils up to 4.x, in initialization from 5.0; without it the build is only slower)."""
     from transformers import modeling_utils
 
     no_init = getattr(modeling_utils, "no_init_weights", None)
+    if no_init is None:
+        with contextlib.suppress(ImportError):
+            from transformers import initialization  # type: ignore[attr-defined]  # 5.x only
+
+            no_init = getattr(initialization, "no_init_weights", None)
     with torch.device("meta"), no_init() if no_init is not None else contextlib.nullcontext():
         yield
 

@@ -198,7 +198,7 @@ CASES = [
     Case("arch-function", config_change(architectures=["pipeline"]), "architectures[0]: 'pipeline' is not a model class transformers", PROBE),
     Case("arch-other-model", config_change(architectures=["MistralForCausalLM"]), "is not a model class transformers", PROBE),
     Case("act-unknown", config_change(hidden_act="no_such_act"), "cannot build Qwen3ForCausalLM at full size from it: KeyError: 'no_such_act'", PROBE),
-    Case("layer-types-short", config_change(layer_types=["full_attention"] * 3), "must be equal to the number of layer types", PROBE),
+    Case("layer-types-short", config_change(layer_types=["full_attention"] * 3), "`num_hidden_layers` (36) must be equal to the number of", PROBE),
     Case("template-loop", template("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"), "still renders after 5 s", PROBE),
     Case("template-huge-string", template("{{ 'x' * 10000000000 }}"), "needs more than 256 MiB to render", PROBE),
     Case("template-doubling", template("{% set n = namespace(s='x') %}{% for i in range(64) %}{% set n.s = n.s ~ n.s %}{% endfor %}"), "needs more", PROBE),

@@ -92,3 +92,15 @@ def test_every_kind_has_sane_bounds() -> None:
     assert len(kinds) >= 11
     for kind in kinds:
         assert kind.max_bytes >= 256 * 1024 and 8 <= kind.max_depth <= 64 and 30 <= kind.max_digits < 4300, kind
+
+
+def test_the_documented_bounds_are_the_codes() -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "untrusted-input.md").read_text()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in doc.splitlines() if line.startswith("| a")}
+    for kind in (v for v in vars(untrusted).values() if isinstance(v, Kind)):
+        row = next(cells for name, cells in rows.items() if name.startswith(kind.what))
+        size, nesting, digits = row
+        assert size.startswith(untrusted.size_text(kind.max_bytes)), kind
+        assert nesting in ("", str(kind.max_depth)) and digits in ("", str(kind.max_digits)), kind
+    assert f"{untrusted.MAX_TOKENS:,} tokens" in doc and f"{untrusted.MAX_EMBEDDING_ROWS:,} rows" in doc
+    assert f"{untrusted.MAX_SHRUNK_PARAMETERS // 1_000_000} M parameters" in doc and f"{untrusted.MAX_LAYER_EXPERTS:,}" in doc
