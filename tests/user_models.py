@@ -249,6 +249,10 @@ USER_MODELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "qwen3-30b-a3b": (QWEN3_30B_A3B, {"specials": QWEN_SPECIALS, "pad": "<|endoftext|>", "bos": None, "eos": "<|im_end|>", "chat_template": QWEN_CHAT}),
     "mistral-7b": (MISTRAL_7B, {"specials": ["<unk>", "<s>", "</s>"], "pad": None, "bos": "<s>", "eos": "</s>"}),
     "qwen3-vl-8b": (QWEN3_VL_8B, {"specials": QWEN_VL_SPECIALS, "pad": "<|endoftext|>", "bos": None, "eos": "<|im_end|>", "chat_template": QWEN_CHAT}),
+    "llama3-70b": (
+        LLAMA3_70B,
+        {"specials": ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"], "pad": None, "bos": "<|begin_of_text|>", "eos": "<|end_of_text|>"},
+    ),
 }
 
 
