@@ -68,7 +68,7 @@ def _child(tokenizer: Any, prompts: list[str], write_fd: int) -> None:
     except MemoryError:
         report = {"memory": True}
     except RecursionError:
-        report = {"error": "it calls itself without end (RecursionError)"}
+        report = {"error": "it calls itself without end (RecursionError)", "type": "RecursionError"}
     except BaseException as exc:  # the template's own error, whatever its type: reported, never raised here
         report = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:500], "type": type(exc).__name__}
     try:
@@ -115,6 +115,8 @@ def _why(report: dict[str, Any]) -> str:
     error, kind = str(report.get("error", "")), report.get("type")
     if kind == "TypeError" and "no loader" in error:
         return "it includes or imports another template ({% include %}, {% import %}), which a chat template cannot: there is no file to read"
+    if kind == "RecursionError":
+        return error
     if kind == "SecurityError":
         return f"the sandbox stopped it: {error}"
     if kind == "TemplateSyntaxError":

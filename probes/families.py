@@ -413,7 +413,7 @@ def embedding_rows(tokenizer: Any, prompts: list[str], texts: list[str], folder:
     tokens to sample from; bad input past MAX_EMBEDDING_ROWS."""
     rendered, _ = format_prompts(tokenizer, prompts)
     ids = {i for row in tokenizer(rendered + texts, add_special_tokens=True)["input_ids"] for i in row}
-    named = {k: v for k, v in token_ids(tokenizer).items() if isinstance(v, int)}
+    named = {k: v for k, v in {**token_ids(tokenizer), "unk_token_id": getattr(tokenizer, "unk_token_id", None)}.items() if isinstance(v, int)}
     ids |= set(named.values()) | {i for i in getattr(tokenizer, "all_special_ids", []) if isinstance(i, int)}
     top = max(ids, default=0)
     if top + 1 > untrusted.MAX_EMBEDDING_ROWS:

@@ -206,6 +206,6 @@ CASES = [
     Case("template-include", template("{% include '/etc/passwd' %}"), "includes or imports another template", PROBE),
     Case("template-escape", template("{{ ''.__class__.__mro__[1].__subclasses__() }}"), "the sandbox stopped it: SecurityError", PROBE),
     Case("template-recursion", template("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"), "calls itself without end", PROBE),
-    Case("tokenizer-400k-specials-last", tokenizer_of(400_000, specials_last=True), "beyond the 300,000 embedding rows a shrunk model may hold", PROBE),
+    Case("tokenizer-400k-specials-last", tokenizer_of(400_000, specials_last=True), "ids up to 400,003 (unk_token_id), beyond the 300,000", PROBE),
 ]
 BY_NAME = {c.name: c for c in CASES}

@@ -40,7 +40,7 @@ def test_a_good_template_renders_as_transformers_does() -> None:
         ("{% import 'os' as os %}", "includes or imports another template"),
         ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "the sandbox stopped it: SecurityError: access to attribute '__class__'"),
         ("{{ cycler.__init__.__globals__.os.popen('id').read() }}", "the sandbox stopped it"),
-        ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "calls itself without end"),
+        ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "cannot be used: it calls itself without end"),
         ("{% for %}", "not a valid Jinja template"),
         ("{{ raise_exception('roles must alternate') }}", "fails on a single user turn: TemplateError: roles must alternate"),
     ],
