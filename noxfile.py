@@ -88,6 +88,13 @@ def report(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def watch(session: nox.Session) -> None:
+    """Try new releases against your stack (the profile envmatrix init wrote): nox -s watch -- [--summary FILE.md] (exit 1: one breaks it)."""
+    install_once(session, "-e", ".")
+    session.run("envmatrix", "watch", *session.posargs)
+
+
+@nox.session(default=False)
 def lock(session: nox.Session) -> None:
     """Lock a vetted environment: nox -s lock -- ENV_ID | --best GPU."""
     install_once(session, "-e", ".", "pip")

@@ -53,12 +53,23 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def read_json_bounded(path: Path, limit: int, kind: str, error: type[InputError] = InputError) -> Any:
-    """The JSON value in an untrusted file: a regular file of at most `limit` bytes holding JSON nested and
-    numbered within bounds (probes/untrusted.py); otherwise `error` naming the path and why (`kind` says what
-    the file should be: "a record", "a probe result")."""
-    bounds = untrusted.Kind(kind, limit, max_depth=64)
+def _bounds(limit: int, kind: str) -> untrusted.Kind:
+    return untrusted.Kind(kind, limit, max_depth=64)
+
+
+def read_bytes_bounded(path: Path, limit: int, kind: str, error: type[InputError] = InputError) -> bytes:
+    """The bytes of an untrusted file, read once: a regular file of at most `limit` bytes (probes/untrusted.py);
+    otherwise `error` naming the path and why (`kind` says what the file should be: "a record", "a probe result")."""
     try:
-        return untrusted.read_json(path, bounds)
+        return untrusted.read_bytes(path, _bounds(limit, kind))
+    except untrusted.Refused as exc:
+        raise error(str(exc)) from None
+
+
+def read_json_bounded(path: Path, limit: int, kind: str, error: type[InputError] = InputError) -> Any:
+    """The JSON value in an untrusted file: `read_bytes_bounded`, then JSON nested and numbered within bounds
+    (probes/untrusted.py); otherwise `error` naming the path and why."""
+    try:
+        return untrusted.read_json(path, _bounds(limit, kind))
     except untrusted.Refused as exc:
         raise error(str(exc)) from None

@@ -38,15 +38,11 @@ class BisectRun:
     seconds: float = 0.0
 
 
-@dataclass(frozen=True)
-class BisectRequest:
-    """What to bisect: an axis between a good and a bad release, for one scenario of one profile,
-    other axes held at the values `held` names (else the profile's)."""
+@dataclass(frozen=True, kw_only=True)
+class RunTarget:
+    """Where the cells of a follow-up question run (bisect, watch): a profile's cells on one GPU type, one backend,
+    one reports folder, as `envmatrix run` would run them."""
 
-    axis: str
-    good: str
-    bad: str
-    scenario: str
     profile: str
     gpu: str
     backend: str
@@ -54,8 +50,24 @@ class BisectRequest:
     venvs: Path
     base: Path
     timeout: float = 600.0
-    pre: bool = False
     gpu_ids: tuple[int, ...] = ()  # this host's GPUs of type `gpu` (cli/common.gpu_ids)
+
+    def runner(self, profile: Profile, console: Console) -> Runner:
+        """The one Runner these cells go through: records and prepared environments shared with `envmatrix run`."""
+        options = BackendOptions(profile_name=self.profile, profile=profile, gpu_count=len(self.gpu_ids), venvs=self.venvs, base=self.base)
+        return Runner(make_backend(self.backend, options), Paths(self.reports), timeout=self.timeout, gpus={self.gpu: self.gpu_ids}, console=console)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BisectRequest(RunTarget):
+    """What to bisect: an axis between a good and a bad release, for one scenario of one profile,
+    other axes held at the values `held` names (else the profile's)."""
+
+    axis: str
+    good: str
+    bad: str
+    scenario: str
+    pre: bool = False
     held: dict[str, str] = field(default_factory=dict)
 
 
@@ -125,14 +137,13 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
     check_held(profile, req.held, req.axis)
     scenario = spec.scenarios[req.scenario]
     base = base_environment(spec, req, console)
-    index = available(req.axis, pre=req.pre)
+    index = available(req.axis, pre=req.pre, cuda=base["cuda"])
     for label, version in (("--good", req.good), ("--bad", req.bad)):
         if version not in index:
             raise InputError(f"{label} {version}: not a {req.axis} release on the index pip uses (newest: {', '.join(index[:5])})")
     releases = releases_between(index, req.good, req.bad, pre=req.pre)
     console.print(f"{req.axis}: {len(releases)} releases from {releases[0]} to {releases[-1]} on the index; scenario {req.scenario} on {req.gpu}")
-    options = BackendOptions(profile_name=req.profile, profile=profile, gpu_count=len(req.gpu_ids), venvs=req.venvs, base=req.base)
-    runner = Runner(make_backend(req.backend, options), Paths(req.reports), timeout=req.timeout, gpus={req.gpu: req.gpu_ids}, console=console)
+    runner = req.runner(profile, console)
     run = BisectRun(result=Bisection(), releases=releases)
 
     def oracle(release: str) -> str:
@@ -155,11 +166,15 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
 
 
 def print_bisect(console: Console, req: BisectRequest, run: BisectRun) -> None:
-    """The conclusion, both sides' evidence, and what it cost."""
+    """The conclusion in the user's words (where it stops working, and how the failure changes after), each
+    side's evidence, and what it cost."""
     res = run.result
     style = "bold green" if res.status == "found" else "bold red"
     console.print(f"[{style}]{res.status}[/]: {escape(res.message)}")
-    for label, release in (("before", res.before), ("first", res.first)):
+    if res.status == "found" and res.first and res.before:
+        held = ", ".join(f"{k} {v}" for k, v in sorted(req.held.items()))
+        console.print(f"  {escape(held + ' ' if held else '')}{res.good} on {req.axis} {res.before}; {res.tried[res.first]} from {req.axis} {res.first}")
+    for label, release in (("before", res.before), *((f"from {r}", r) for r, _ in res.kinds or ([(res.first, "")] if res.first else []))):
         record = run.records.get(release) if release else None
         if record is not None:
             console.print(f"  {label}: {record.id}: {record.klass}")

@@ -24,6 +24,7 @@ from rich.markup import escape
 
 from ..backends.host import HostBackend
 from ..errors import InputError
+from ..facts import catalog
 from ..host.gpus import HostGpus
 from ..outputs.vetting import vetted_environments
 from ..plan.cells import Cell, Environment
@@ -63,9 +64,10 @@ def installed_environment(gpus: HostGpus, packages: Iterable[str] = ()) -> Envir
     if torch is None or transformers is None:
         raise InputError(f"{sys.executable} has no {'torch' if torch is None else 'transformers'} installed; doctor probes an environment that trains")
     local = torch.partition("+")[2]
-    if local.startswith("cu") and local[2:].isdigit():
-        cuda = f"{local[2:-1]}.{local[-1]}"
-    elif local == "cpu" or gpus.count == 0:
+    tagged = catalog.cuda_from_tag(local)
+    if tagged is not None:
+        cuda = tagged
+    elif gpus.count == 0:
         cuda = "none"
     else:
         cuda = _torch_cuda() or "none"

@@ -14,7 +14,7 @@ from .common import gpu_ids, gpu_type, profile_name
 
 
 def add_parser(sub: options.Subparsers) -> None:
-    p = sub.add_parser("bisect", help="find the first release of an axis where a scenario's outcome changes, by real runs")
+    p = sub.add_parser("bisect", help="find the first release of an axis where a scenario stops training (then where the failure changes), by real runs")
     p.add_argument("--axis", required=True, help="torch, transformers, flash_attn or a package axis (trl, peft, ...)")
     p.add_argument("--good", required=True, metavar="V1", help="a release where the scenario trains (ok)")
     p.add_argument("--bad", required=True, metavar="V2", help="a release where it fails")
@@ -47,8 +47,8 @@ def held_value(text: str) -> tuple[str, str]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Bisect an axis's releases to the first one where a scenario's outcome changes (real runs).
-    Exit 0 when found, 1 when the outcome changes more than once or the boundary hides behind
+    """Bisect an axis's releases to the first one whose outcome is not the good side's, whatever the failure,
+    then where the kind of failure changes (real runs). Exit 0 when found, 1 when the boundary hides behind
     releases that cannot be installed, 2 when an endpoint does not show the outcome claimed."""
     from ..answers.bisect import ENDPOINT, FOUND
     from ..answers.bisect_run import BisectRequest, print_bisect, run_bisect

@@ -11,6 +11,7 @@ from probes import untrusted
 
 from ..errors import InputError, printable
 from ..verdict.classify import RunFacts, classify
+from ..verdict.evidence import facts
 from ..verdict.logscan import scan_stream
 from . import options
 from .common import warn
@@ -52,7 +53,7 @@ def handle(args: argparse.Namespace) -> int:
         warn(f"{'standard input' if args.log == '-' else args.log}: classified the first {first} only; {untrusted.LOG.hint}")
     verdict = classify(RunFacts(scan=scan, exit_code=args.exit_code))
     if args.format == "json":
-        print(json.dumps({**verdict.as_dict(), "lines": scan.lines, "bytes": scan.size}, indent=2))
+        print(json.dumps({**verdict.as_dict(), "facts": facts(scan), "lines": scan.lines, "bytes": scan.size}, indent=2))
     else:
         print(f"class:    {verdict.outcome}")
         print(f"evidence: {printable(verdict.evidence)}")  # a line of the user's log

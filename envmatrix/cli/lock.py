@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..outputs.lock import write_lock
-from ..records.record import load_records
+from ..share.keys import load_trusted
+from ..share.merge import gather
 from . import options
 from .common import warn
 
@@ -24,6 +25,7 @@ def add_parser(sub: options.Subparsers) -> None:
         help="with --best: the workload, repeatable (default: every healthy scenario that ran on that GPU and does not fail everywhere)",
     )
     options.RESULTS.add(p)
+    options.TRUST.add(p)
     p.add_argument("--out", default="reports", help="output folder; the lock goes to OUT/locks/<env>/")
     p.add_argument(
         "--trust-record-indexes", action="store_true", help="look files up on the package sources a record names even where they differ from your pip settings"
@@ -32,15 +34,27 @@ def add_parser(sub: options.Subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Write a lockfile for a vetted environment (or the newest vetted one for a GPU type)."""
+    """Write a lockfile for a vetted environment (or the newest vetted one for a GPU type); with --trust,
+    standing only on records verified against a trusted signer."""
     if not args.env and not args.best:
         raise InputError("name an environment id (see the report's vetted list) or --best GPU")
-    folders = [Path(f) for f in options.results_folders(args.results)]
-    records = load_records(*folders, warn=warn)
     if args.scenario and not args.best:
         raise InputError("--scenario names the workload for --best GPU; with an environment id, the lock says what it is vetted for")
-    folder = write_lock(records, Path(args.out), env_id=args.env, best_gpu=args.best, scenarios=args.scenario, trust_record_indexes=args.trust_record_indexes)
+    merged = gather(options.results_folders(args.results), load_trusted(args.trust), warn)
+    if merged.problems:
+        raise InputError(merged.trouble("a lock stands only on sources read whole; nothing was written"))
+    folder = write_lock(
+        merged.records,
+        Path(args.out),
+        env_id=args.env,
+        best_gpu=args.best,
+        scenarios=args.scenario,
+        trust_record_indexes=args.trust_record_indexes,
+        provenance=merged.provenance(),
+    )
     vetted = json.loads((folder / "sources.json").read_text())["environment"]
     print(f"{vetted['env']}: vetted for {', '.join(vetted['scenarios'])}; controls {vetted['controls']}/{vetted['controls_ran']} reproduced")
+    if merged.trusted:
+        print(f"stands on records verified against {len(merged.trusted)} trusted signer(s); attestation digests in {folder}/pylock.toml [tool.envmatrix]")
     print(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json")
     return 0

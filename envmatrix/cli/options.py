@@ -104,7 +104,18 @@ BACKEND = Option(
 )
 REPORTS = Option(("--reports",), "output folder: records go to REPORTS/results, logs to REPORTS/logs", "reports", "reports")
 RESULTS = Option(
-    ("--results",), "a results folder (a matrix run's records); repeat to merge several", None, DEFAULT_RESULTS, {"action": "append", "metavar": "DIR"}
+    ("--results",),
+    "a results folder (a matrix run's records), or for report and lock a site envmatrix publish wrote (its folder or http(s) URL); repeat to merge several",
+    None,
+    DEFAULT_RESULTS,
+    {"action": "append", "metavar": "DIR"},
+)
+TRUST = Option(
+    ("--trust",),
+    "a signer's public key (ed25519 PEM, openssl pkey -pubout); repeatable. With any, only records verified against one count; the rest are shown apart",
+    [],
+    None,
+    {"action": "append", "metavar": "PUBKEY"},
 )
 VENVS = Option(("--venvs",), "where the venv backend keeps its environments", ".envmatrix/venvs", ".envmatrix/venvs")
 FORMAT = Option(
@@ -113,7 +124,7 @@ FORMAT = Option(
 JSON = Option(("--json",), "the same as --format json", argparse.SUPPRESS, None, {"action": "store_const", "const": "json", "dest": "format"})
 
 #: Every shared option (the tests check that each command's copy of a flag is one of these).
-SHARED = (FILE, PROFILE, GPU, ONLY, SKIP, SHARD, TIMEOUT, JOBS, BACKEND, REPORTS, RESULTS, VENVS, FORMAT, JSON)
+SHARED = (FILE, PROFILE, GPU, ONLY, SKIP, SHARD, TIMEOUT, JOBS, BACKEND, REPORTS, RESULTS, TRUST, VENVS, FORMAT, JSON)
 
 
 def add_selection(parser: Container) -> None:

@@ -1,42 +1,58 @@
-"""`envmatrix report`: matrix.html, results.csv and results.json from one or more results folders."""
+"""`envmatrix report`: matrix.html, results.csv and results.json from results folders and published sites."""
 
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 
 from ..errors import InputError
 from ..outputs.findings import find
-from ..outputs.report import write_report
+from ..outputs.report import write_merged
 from ..outputs.summary import print_findings, print_vetting
 from ..outputs.terminal import Console
-from ..records.record import load_records
+from ..records.provenance import Merged, from_folders
+from ..share.keys import load_trusted
+from ..share.merge import gather
 from . import options
 from .common import warn
 
 
 def add_parser(sub: options.Subparsers) -> None:
-    p = sub.add_parser("report", help="render matrix.html, results.csv and results.json from results folders")
+    p = sub.add_parser("report", help="render matrix.html, results.csv and results.json from results folders and published sites")
     options.RESULTS.add(p)
+    options.TRUST.add(p)
     p.add_argument("--out", default="reports", help="output folder (default reports)")
     p.add_argument("--since", action="append", default=None, metavar="OLD_RESULTS", help="an earlier run's results folder: changed cells lead the findings")
     p.set_defaults(func=handle)
 
 
+def provenance_line(merged: Merged) -> str:
+    """`provenance: 4 verified; shown apart: 2 (signer not trusted 2)`."""
+    counted, apart = merged.counted, merged.apart
+    verified = sum(r.provenance.verified for r in counted)
+    line = f"provenance: {verified} of {len(counted)} counted records verified against a trusted signer"
+    if apart:
+        why = Counter(r.provenance.note or "not verified" for r in apart)
+        line += f"; shown apart, never vetted: {len(apart)} ({', '.join(f'{k} {n}' for k, n in sorted(why.items()))})"
+    return line
+
+
 def handle(args: argparse.Namespace) -> int:
-    """Render matrix.html, results.csv and results.json from one or more results folders."""
-    folders = [Path(f) for f in options.results_folders(args.results)]
-    missing = [str(f) for f in folders if not f.is_dir()]
-    if missing:
-        raise InputError(f"no such results folder: {', '.join(missing)}; run the matrix first (nox -s matrix) or pass --results DIR")
+    """Render the report from folders and sites; a site that broke its bounds is named, the rest is kept, and the status is 2."""
     since = [Path(f) for f in args.since] if args.since else None
     missing = [str(f) for f in since or [] if not f.is_dir()]
     if missing:
         raise InputError(f"--since {', '.join(missing)}: no such results folder; pass an earlier run's results folder (e.g. a copy of reports/results)")
-    outputs = write_report(folders, Path(args.out), warn, since=since)
+    merged = gather(options.results_folders(args.results), load_trusted(args.trust), warn)
+    previous = from_folders(since, warn).records if since else None
+    outputs = write_merged(merged, Path(args.out), previous)
     console = Console()
-    records = load_records(*folders)
-    print_findings(console, find(records, load_records(*since) if since else ()))
+    records = merged.records
+    print_findings(console, find(records, previous or ()))
     print_vetting(console, records)
+    print(provenance_line(merged))
     print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name}, {outputs['vetted'].name})")
+    if merged.problems:
+        raise InputError(merged.trouble(f"the report holds the {len(records) + len(merged.apart)} records that could be read"))
     return 0

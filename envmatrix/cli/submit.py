@@ -13,7 +13,7 @@ from ..submit import github as gh_submit
 from ..submit import k8s as k8s_submit
 from ..submit import slurm as slurm_submit
 from . import options
-from .common import select_cells
+from .common import profile_name, select_cells
 
 
 def add_parser(sub: options.Subparsers) -> None:
@@ -32,6 +32,12 @@ def add_parser(sub: options.Subparsers) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the generated files; write and submit nothing")
     p.add_argument("--submit", action="store_true", help="slurm: submit the arrays and the report job with sbatch")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the report job, print where the merged report is")
+    p.add_argument(
+        "--schedule",
+        metavar="CRON",
+        help="github, slurm: instead of the matrix, run envmatrix watch on this schedule ('0 6 * * 1') on the GPU type's runners, "
+        "opening or updating an issue when a new release breaks the profile (default profile: stack)",
+    )
     p.set_defaults(func=handle)
 
 
@@ -45,6 +51,8 @@ def handle(args: argparse.Namespace) -> int:
         raise InputError(f"--submit and --wait are for slurm; for {args.engine}, commit or apply the files written (see README)")
     if args.wait and not args.submit:
         raise InputError("--wait needs --submit")
+    if args.schedule is not None:
+        return _schedule(args)
     spec, profile, cells = select_cells(args, gpu=args.gpu)
     slurm = args.engine == "slurm"
     # Slurm tasks run on a shared file system from this folder: absolute paths. Elsewhere: the checkout's or the volume's.
@@ -84,4 +92,36 @@ def handle(args: argparse.Namespace) -> int:
         raise SubmitError(
             f"not completed: {', '.join(f'{k} ({states[k]})' for k in bad)}; the report shows what finished; submit again to run only the missing cells"
         )
+    return 0
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    """Write the scheduled watch: a workflow for GitHub's self-hosted runners, or a job script and a scrontab entry."""
+    from ..spec.matrix import load
+    from ..submit import watch_job
+
+    if args.engine == "k8s" or args.submit or args.only or args.skip:
+        raise InputError("--schedule writes a scheduled envmatrix watch for github or slurm; --submit, --only and --skip do not apply to it")
+    spec = load(args.file)
+    profile = "stack" if args.profile == "auto" and "stack" in spec.profiles else profile_name(args, spec)
+    slurm = args.engine == "slurm"
+    file_, reports = (str(Path(args.file).resolve()), str(Path(args.reports).resolve())) if slurm else (args.file, args.reports)
+    watch_args = ["--file", file_, "--backend", "venv" if args.backend == "auto" else args.backend, "--timeout", f"{args.timeout:g}", "--reports", reports]
+    job = watch_job(spec, profile, args.gpu, args.schedule, watch_args=watch_args, reports=reports)
+    folder = Path(args.out or Path(args.reports) / "submit" / args.engine)
+    if slurm:
+        files = slurm_submit.watch_files(job, folder=str(folder.resolve()), cwd=os.getcwd())
+    else:
+        files = {f"envmatrix-watch-{profile}.yml": gh_submit.render_watch(job)}
+    if args.dry_run:
+        for name, text in files.items():
+            print(f"# ---- {name}\n{text}")
+        return 0
+    for path in write_files(folder, files):
+        print(f"wrote {path}")
+    if slurm:
+        Path(reports, "slurm-logs").mkdir(parents=True, exist_ok=True)
+        print(f"install: scrontab -l > mine; cat {folder}/watch.scrontab >> mine; scrontab mine")
+    else:
+        print(f"commit it under .github/workflows/; it runs on runners labelled {', '.join(job.target.labels)}")
     return 0

@@ -174,6 +174,18 @@ GPUS: dict[str, Gpu] = {
 FLASH_ATTN_MIN_CC = (8, 0)
 #: bf16 kernels arrive with Ampere too; on older GPUs bf16 is emulated or refused.
 BF16_MIN_CC = (8, 0)
+#: What a dtype or kernel needs of the GPU: the lowest compute capability that has it (FACTS §12: NVIDIA's CUDA GPUs list,
+#: the flash-attention README); FlashAttention-3 is Hopper's alone.
+NEEDS: dict[str, tuple[tuple[int, int], str]] = {
+    "bf16": (BF16_MIN_CC, "bf16 needs compute capability 8.0 (Ampere) or newer"),
+    "FlashAttention-2": (FLASH_ATTN_MIN_CC, "FlashAttention-2 needs compute capability 8.0 (Ampere) or newer"),
+    "fp8": ((8, 9), "fp8 needs compute capability 8.9 (Ada) or 9.0 (Hopper) and newer"),
+    "FlashAttention-3": ((9, 0), "FlashAttention-3 needs a Hopper GPU (compute capability 9.0)"),
+}
+#: GPU architecture families as messages name them, with the first compute capability of each (NVIDIA's CUDA GPUs list).
+ARCHITECTURES: dict[str, tuple[int, int]] = {
+    "Maxwell": (5, 0), "Pascal": (6, 0), "Volta": (7, 0), "Turing": (7, 5), "Ampere": (8, 0), "Ada": (8, 9), "Hopper": (9, 0), "Blackwell": (10, 0),
+}  # fmt: skip
 
 
 def gpu_from_smi_name(smi_name: str) -> str | None:
@@ -182,6 +194,15 @@ def gpu_from_smi_name(smi_name: str) -> str | None:
         if gpu.compute_capability and re.search(gpu.pattern, smi_name):
             return gpu.name
     return None
+
+
+def cuda_from_tag(tag: str) -> str | None:
+    """A torch build's local tag as the cuda axis: `cu128` → `12.8`, `cu118` → `11.8`, `cpu` → `none`; None
+    for a tag that names no build (`rocm6.2`, `xpu`, or nothing)."""
+    if tag == "cpu":
+        return "none"
+    digits = tag.removeprefix("cu")
+    return f"{digits[:-1]}.{digits[-1]}" if tag.startswith("cu") and digits.isdigit() and len(digits) >= 2 else None
 
 
 def minor(version: str) -> str:

@@ -108,3 +108,52 @@ def remedy_for(name: str) -> str:
     """The remedy of a failure by name, with its first source."""
     failure = FAILURES[name]
     return f"{failure.remedy} (see {failure.sources[0]})"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """An engine layer, known by the module its frames are in, and what to do about a failure in it nobody listed yet."""
+
+    name: str
+    modules: tuple[str, ...]  # module prefixes of its frames
+    words: tuple[str, ...]  # how messages name it
+    remedy: str
+
+
+# fmt: off
+LAYERS: tuple[Layer, ...] = (
+    Layer("DeepSpeed", ("deepspeed",),
+          ("DeepSpeed", "deepspeed", "ZeRO", "zero_optimization", "ZeroParamStatus", "ds_status", "ds_summary", "ds_numel", "ds_tensor",
+           "micro_batch_per_gpu", "train_micro_batch_size_per_gpu", "Micro batch size per gpu", "gradient_accumulation_steps"),
+          "DeepSpeed raised it: check the DeepSpeed config against the trainer (batch sizes, stage, offload), and match deepspeed to "
+          "the torch and transformers releases it supports (DeepSpeed's own changelog names them); rerun without ZeRO to tell the "
+          "engine from the model"),
+    Layer("torch FSDP", ("torch.distributed.fsdp", "torch.distributed._composable.fsdp", "torch.distributed.tensor"),
+          ("FSDP", "FlatParameter", "fully_shard", "DTensor"),
+          "torch's FSDP raised it: wrap the model's layers uniformly (one dtype and one requires_grad per wrapped unit; LoRA and "
+          "frozen layers need use_orig_params=True or FSDP2), and use the trainer's FSDP settings for this torch release"),
+    Layer("accelerate", ("accelerate",), ("accelerate", "Accelerator", "AcceleratorState"),
+          "accelerate raised it while preparing or running the engine: check the launch config (accelerate config / the DeepSpeed "
+          "or FSDP plugin) against the script, and use the accelerate release the trainer requires"),
+    Layer("Megatron", ("megatron",), ("Megatron", "megatron"),
+          "Megatron raised it: check the parallel sizes, the data and the checkpoint against this Megatron release"),
+    Layer("vLLM", ("vllm",), ("vLLM", "vllm", "EngineCore", "LLMEngine"),
+          "vLLM raised it while loading or generating: match vllm to the release the trainer supports (TRL, verl and OpenRLHF "
+          "each pin a range), check the model's architecture is one this vLLM supports, and its memory settings "
+          "(gpu_memory_utilization, max_model_len)"),
+    Layer("SGLang", ("sglang",), ("SGLang", "sglang"),
+          "SGLang raised it: match sglang to the release the trainer supports and check its memory settings (mem_fraction_static)"),
+)
+# fmt: on
+
+
+def layer_of(module: str) -> Layer | None:
+    """The engine layer a frame's module belongs to, if any."""
+    return next((layer for layer in LAYERS if any(module == m or module.startswith(m + ".") for m in layer.modules)), None)
+
+
+def layer_named(text: str) -> Layer | None:
+    """The engine layer a message names (when it has no frames to say where it came from)."""
+    import re
+
+    return next((layer for layer in LAYERS if any(re.search(rf"\b{re.escape(w)}\b", text) for w in layer.words)), None)

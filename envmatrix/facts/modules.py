@@ -35,3 +35,21 @@ def distribution(module: str) -> str:
     """The distribution to install for an import name (`yaml` → `pyyaml`, `flash_attn` → `flash-attn`)."""
     top = module.split(".")[0]
     return DISTRIBUTIONS.get(module) or DISTRIBUTIONS.get(top) or top.replace("_", "-").lower()
+
+
+#: Import packages of the training stack that users run from source checkouts (`/workspace/verl/verl/trainer/…`), so a
+#: traceback frame outside site-packages is still known to belong to them (and not to the user's own code).
+STACK: frozenset[str] = frozenset(
+    {
+        "torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "vllm", "sglang", "megatron", "verl", "openrlhf",
+        "ray", "flash_attn", "xformers", "triton", "bitsandbytes", "datasets", "tokenizers", "safetensors", "huggingface_hub",
+        "apex", "colossalai", "nemo", "lightning", "pytorch_lightning", "fairscale", "torchtune", "axolotl", "llamafactory",
+        "swift", "unsloth", "liger_kernel", "flashinfer", "open_r1", "lmdeploy", "tensorrt_llm", "transformer_engine", "nemo_rl",
+        "realhf", "areal", "slime", "roll", "easyr1", "mmengine", "diffusers", "timm", "jax", "tensorflow", "keras",
+    }
+)  # fmt: skip
+
+
+def stack_package(name: str) -> bool:
+    """Whether a folder name is an import package of the training stack (see STACK)."""
+    return name in STACK

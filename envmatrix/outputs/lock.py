@@ -1,5 +1,6 @@
 """A vetted environment → a lockfile of what actually ran: hashed requirements, PEP 751 pylock.toml,
-the index settings used (and, for docker environments, the image).
+the index settings used (and, for docker environments, the image). The pylock's `[tool.envmatrix]`
+table says what the environment is vetted for and which attestations (by digest) that stands on.
 
 Versions come from the freeze taken inside the environment, never from a fresh resolution; pip only
 looks up the URL and sha256 of each exact pinned file (`pip install --dry-run --report`).
@@ -13,11 +14,14 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import InputError
 from ..host.pipconfig import TORCH_INDEX, PipSettings, read_pip_settings
 from ..jsonio import write_json_atomic, write_text_atomic
+from ..records.outcomes import Outcome
+from ..records.provenance import Provenance
 from ..records.record import BuildFacts, Record, Status
 from .vetting import Standing, best, standings, vetted_environments
 
@@ -121,8 +125,45 @@ def requirements_lock(entries: list[dict[str, str]], env_id: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pylock_toml(entries: list[dict[str, str]], python: str) -> str:
-    """A PEP 751 lock: one [[packages]] table per package, its wheel's URL and hash."""
+def _toml_list(values: list[str]) -> str:
+    return "[" + ", ".join(_toml_str(v) for v in values) + "]"
+
+
+def stands_on(records: list[Record], choice: Standing) -> list[Record]:
+    """The records an environment's vetting stands on: its healthy scenarios that were ok, and its
+    controls that reproduced their failure."""
+    mine = [r for r in records if r.env == choice.env and r.status == Status.DONE]
+    return [r for r in mine if (r.control == "reproduced" if r.expect else r.klass == Outcome.OK and r.cell.scenario in choice.scenarios)]
+
+
+def envmatrix_table(choice: Standing, records: list[Record], provenance: Mapping[str, Provenance]) -> list[str]:
+    """`[tool.envmatrix]`: the environment, what it is vetted for, and each attestation it stands on
+    (the cell, the DSSE envelope's sha256, its signer, whether a trusted signer verified it, where it is)."""
+    basis = stands_on(records, choice)
+    controls = sorted(r.cell.scenario for r in basis if r.expect)
+    out = [
+        "[tool.envmatrix]",
+        f"environment = {_toml_str(choice.env)}",
+        f"gpu = {_toml_str(choice.gpu)}",
+        f"vetted-for = {_toml_list(list(choice.scenarios))}",
+        f"controls-reproduced = {_toml_list(controls)}",
+    ]
+    signed = [(r, p) for r in basis if (p := provenance.get(r.id)) is not None and p.attestation_sha256]
+    if not signed:
+        return [*out, "attestations = []", ""]
+    out.append("")
+    for rec, prov in sorted(signed, key=lambda pair: pair[0].id):
+        out += ["[[tool.envmatrix.attestations]]", f"cell = {_toml_str(rec.id)}", f"sha256 = {_toml_str(str(prov.attestation_sha256))}"]
+        out += [f"signer = {_toml_str(str(prov.signer))}", f"verified = {'true' if prov.verified else 'false'}"]
+        if prov.attestation and prov.attestation.isascii() and prov.attestation.isprintable():  # a TOML basic string as json.dumps writes it
+            out.append(f"url = {_toml_str(prov.attestation)}")
+        out.append("")
+    return out
+
+
+def pylock_toml(entries: list[dict[str, str]], python: str, tool: list[str] | None = None) -> str:
+    """A PEP 751 lock: one [[packages]] table per package, its wheel's URL and hash; then `tool` (the
+    [tool.envmatrix] lines), which PEP 751 leaves to tools and installers ignore."""
     out = ['lock-version = "1.0"', f"requires-python = {_toml_str('==' + python + '.*')}", 'created-by = "envmatrix"', ""]
     for e in entries:
         filename = e["url"].rsplit("/", 1)[-1].replace("%2B", "+")
@@ -133,7 +174,7 @@ def pylock_toml(entries: list[dict[str, str]], python: str) -> str:
         else:
             out += ["", "[packages.sdist]"]
         out += [f"name = {_toml_str(filename)}", f"url = {_toml_str(e['url'])}", f"hashes = {{sha256 = {_toml_str(e['sha256'])}}}", ""]
-    return "\n".join(out)
+    return "\n".join(out + (tool or []))
 
 
 def lock_folder(out_root: Path, env_id: str) -> Path:
@@ -153,6 +194,7 @@ def write_lock(
     *,
     scenarios: list[str] | None = None,
     trust_record_indexes: bool = False,
+    provenance: Mapping[str, Provenance] | None = None,
 ) -> Path:
     """Write reports/locks/<env>/ for a vetted environment; return the folder.
 
@@ -170,7 +212,7 @@ def write_lock(
     entries = pip_report(pins, build)
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "requirements.lock", requirements_lock(entries, choice.env))
-    write_text_atomic(folder / "pylock.toml", pylock_toml(entries, choice.python))
+    write_text_atomic(folder / "pylock.toml", pylock_toml(entries, choice.python, envmatrix_table(choice, records, provenance or {})))
     write_json_atomic(
         folder / "sources.json",
         {

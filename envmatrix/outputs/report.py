@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,8 @@ import jinja2
 from .. import __version__
 from ..jsonio import write_json_atomic, write_text_atomic
 from ..records.outcomes import Outcome, table_for_templates
-from ..records.record import Record, Status, load_records
+from ..records.provenance import Merged, Provenance, Sourced, from_folders
+from ..records.record import Record, Status
 from .findings import find, version_order
 from .vetting import failing_everywhere, fold_text, not_applicable, standings, vetted_environments
 
@@ -73,11 +74,14 @@ def _packages_text(packages: Mapping[str, str]) -> str:
     return " ".join(f"{name}=={version}" for name, version in sorted(packages.items()) if version != "none")  # none: not installed
 
 
-def results_frame(records: list[Record]) -> pd.DataFrame:
-    """All records as a DataFrame with a fixed column order (pandas is imported here: it costs a second)."""
+def results_frame(records: list[Record], provenance: Sequence[Provenance] | None = None) -> pd.DataFrame:
+    """All records as a DataFrame with a fixed column order (pandas is imported here: it costs a second);
+    with `provenance` (one per record), a `provenance` column of objects."""
     import pandas as pd
 
     frame: pd.DataFrame = pd.DataFrame([flat_row(r) for r in records], columns=COLUMNS)
+    if provenance is not None:
+        frame["provenance"] = pd.Series([p.as_dict() for p in provenance], index=frame.index, dtype=object)
     return frame
 
 
@@ -92,9 +96,10 @@ def _spark(values: list[Any], width: int = 120, height: int = 28) -> str:
     return " ".join(f"{i * width / n:.1f},{height - (v - lo) * height / span:.1f}" for i, v in pts)
 
 
-def _detail(rec: Record) -> dict[str, Any]:
+def _detail(rec: Record, provenance: Provenance | None) -> dict[str, Any]:
     t = rec.timings
     return {
+        "provenance": provenance.text() if provenance else "",
         "id": rec.id,
         "class": rec.klass,
         "evidence": rec.outcome.evidence,
@@ -112,10 +117,20 @@ def _detail(rec: Record) -> dict[str, Any]:
     }
 
 
-def render_html(records: list[Record], locks: dict[str, str] | None = None, previous: list[Record] | None = None) -> str:
+def render_html(
+    records: list[Record],
+    locks: dict[str, str] | None = None,
+    previous: list[Record] | None = None,
+    *,
+    provenance: Mapping[str, Provenance] | None = None,
+    apart: Sequence[Sourced] = (),
+    trusted: Sequence[str] = (),
+) -> str:
     """One self-contained page: findings first (changes since `previous`, what differs and why, the
     controls), then the vetted environments and their locks, then the table (rows environments,
-    columns GPU × scenario) where reproduced controls are quiet and a control that did not reproduce is loud."""
+    columns GPU × scenario) where reproduced controls are quiet and a control that did not reproduce is loud.
+    Each cell says its provenance; records not verified against a `trusted` signer are listed `apart`."""
+    provenance = provenance or {}
     envs: dict[str, dict[str, Any]] = {}
     columns: list[tuple[str, str]] = []
     cells: dict[tuple[str, str, str], Record] = {}
@@ -141,7 +156,7 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
     for env in envs.values():
         mine = [r for r in records if r.cell.build == env["build"]]
         env["fold"] = fold_text(len([r for r in mine if r.status != Status.SKIPPED]), len([r for r in mine if r.id in na]))
-    details = {rec.id: _detail(rec) for rec in records}
+    details = {rec.id: _detail(rec, provenance.get(rec.id)) for rec in records}
     counts = Counter(r.klass for r in records if r.control != "reproduced" and r.id not in na)  # reproduced controls, n/a: quiet chips
     found = find(records, previous or ())
     probe_versions = sorted({v for r in records if (v := r.probe_version)})
@@ -170,6 +185,9 @@ def render_html(records: list[Record], locks: dict[str, str] | None = None, prev
         probe_versions=", ".join(probe_versions) or "n/a",
         total=len(records),
         na=na,
+        provenance=provenance,
+        apart=sorted(apart, key=lambda row: row.record.id),
+        trusted=list(trusted),
     )
 
 
@@ -187,25 +205,41 @@ def is_current(results: Path, out: Path) -> bool:
     return all(r.stat().st_mtime <= oldest_output for r in results.glob("*.json"))
 
 
-def vetted_document(records: list[Record]) -> dict[str, object]:
+def vetted_document(records: list[Record], trusted: Sequence[str] = ()) -> dict[str, object]:
     """`vetted.json`: each environment vetted for something (scenarios, controls reproduced, what fails
-    there), and per GPU type the scenarios that fail everywhere (findings about the scenario)."""
-    return {"vetted": [v.as_dict() for v in vetted_environments(records)], "fails_everywhere": failing_everywhere(records)}
+    there), and per GPU type the scenarios that fail everywhere (findings about the scenario); with trust,
+    the signers whose verified records alone it stands on."""
+    document: dict[str, object] = {"vetted": [v.as_dict() for v in vetted_environments(records)], "fails_everywhere": failing_everywhere(records)}
+    if trusted:
+        document["trusted_signers"] = list(trusted)
+    return document
 
 
 def write_report(results: list[Path], out: Path, warn: Callable[[str], None] | None = None, since: list[Path] | None = None) -> dict[str, Path]:
     """Render matrix.html, results.csv and results.json from the records in `results` into `out`;
-    with `since` (an earlier run's results folders), cells whose outcome changed lead the findings.
-    Each file is replaced atomically: a failed write leaves the previous report whole."""
-    records = load_records(*results, warn=warn)
-    previous = load_records(*since, warn=warn) if since is not None else None
+    with `since` (an earlier run's results folders), cells whose outcome changed lead the findings."""
+    previous = from_folders(since, warn).records if since is not None else None
+    return write_merged(from_folders(results, warn), out, previous)
+
+
+def write_merged(merged: Merged, out: Path, previous: list[Record] | None = None) -> dict[str, Path]:
+    """The report of merged folders and sites: the table, findings and vetting stand on the records that
+    count (with trust, the verified ones); every row of results.json and results.csv, counted or apart,
+    says its provenance. Each file is replaced atomically: a failed write leaves the previous report whole."""
+    counted, apart = merged.counted, merged.apart
+    records = [row.record for row in counted]
     out.mkdir(parents=True, exist_ok=True)
-    frame = results_frame(records)
+    rows = counted + apart
+    frame = results_frame([row.record for row in rows], [row.provenance for row in rows])
     paths = report_paths(out)
-    write_text_atomic(paths["csv"], frame.to_csv(index=False))
+    flat = frame.drop(columns="provenance")
+    for column in ("verified", "signer", "source"):
+        flat[column] = [getattr(row.provenance, column) for row in rows]
+    write_text_atomic(paths["csv"], flat.to_csv(index=False))
     write_text_atomic(paths["json"], frame.to_json(orient="records", indent=2) or "[]")
-    write_json_atomic(paths["vetted"], vetted_document(records))
+    write_json_atomic(paths["vetted"], vetted_document(records, merged.trusted))
     locks_dir = out / "locks"
     locks = {p.name: str(p.relative_to(out)) for p in sorted(locks_dir.iterdir())} if locks_dir.is_dir() else {}
-    write_text_atomic(paths["html"], render_html(records, locks, previous))
+    page = render_html(records, locks, previous, provenance=merged.provenance(), apart=apart, trusted=merged.trusted)
+    write_text_atomic(paths["html"], page)
     return paths

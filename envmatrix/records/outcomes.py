@@ -47,6 +47,7 @@ class Outcome(Named):
     IMPORT_ABI = "import_abi"
     UNKNOWN_MODEL = "unknown_model"
     ENGINE_ERROR = "engine_error"
+    API_MISMATCH = "api_mismatch"
     MISSING_MODULE = "missing_module"
     UNSUPPORTED_GPU = "unsupported_gpu"
     DRIVER_TOO_OLD = "driver_too_old"
@@ -109,23 +110,23 @@ def _row(outcome: Outcome, glyph: str, colour: str, style: str, code: str, expec
 # fmt: off
 TABLE: Mapping[Outcome, OutcomeFacts] = MappingProxyType(dict([
     #    outcome                  glyph  colour     style     code   expect rank
-    _row(Outcome.OK,              "✓", "#1a7f37", "green",  "OK",  False, 21,
+    _row(Outcome.OK,              "✓", "#1a7f37", "green",  "OK",  False, 22,
          "nothing to fix: this stack trains cleanly in this scenario"),
-    _row(Outcome.INCONCLUSIVE,    "?", "#bf8700", "yellow", "INC", False, 20,
+    _row(Outcome.INCONCLUSIVE,    "?", "#bf8700", "yellow", "INC", False, 21,
          "nothing shows that training ran: log the first steps' grad_norm (e.g. logging_steps=1) or run the probe, "
          "and pass the exit status (--exit-code) if the process ended"),
-    _row(Outcome.GARBLED_OUTPUT,  "✗", "#8250df", _FAIL,    "GO",  True,  13,
+    _row(Outcome.GARBLED_OUTPUT,  "✗", "#8250df", _FAIL,    "GO",  True,  14,
          "install the flash-attn wheel built for this exact torch version, CUDA and C++ ABI "
          "(pip install flash-attn --no-build-isolation), pad on the left for generation, or fall back to sdpa"),
-    _row(Outcome.NAN_LOSS,        "✗", "#cf222e", _FAIL,    "NL",  True,  12,
+    _row(Outcome.NAN_LOSS,        "✗", "#cf222e", _FAIL,    "NL",  True,  13,
          "use num_generations >= 2 (a group of one has no std); for Gemma-2 use eager attention or flash-attn >= 2.6.3; prefer bf16 over fp16"),
-    _row(Outcome.ZERO_GRAD,       "✗", "#bc4c00", _FAIL,    "ZG",  True,  15,
+    _row(Outcome.ZERO_GRAD,       "✗", "#bc4c00", _FAIL,    "ZG",  True,  16,
          "sample with temperature ~1.0 and top_p 0.8-1.0, and do not let the model's generation_config override "
          "the trainer's sampling settings; if completions are gibberish, check attention (garbled output)"),
-    _row(Outcome.GRAD_LOST,       "✗", "#bf3989", _FAIL,    "GL",  True,  14,
+    _row(Outcome.GRAD_LOST,       "✗", "#bf3989", _FAIL,    "GL",  True,  15,
          "use gradient_checkpointing_kwargs={'use_reentrant': False}, or call model.enable_input_require_grads() "
          "before training with frozen inputs (LoRA, frozen embeddings), or disable gradient checkpointing"),
-    _row(Outcome.DDP_READY_TWICE, "✗", "#0969da", _FAIL,    "DRT", True,  11,
+    _row(Outcome.DDP_READY_TWICE, "✗", "#0969da", _FAIL,    "DRT", True,  12,
          "use gradient_checkpointing_kwargs={'use_reentrant': False}, or ddp_find_unused_parameters=False, or static_graph=True"),
     _row(Outcome.SIGFPE,          "✗", "#a40e26", _FAIL,    "SIG", True,  3,
          "on H20/Hopper use cuBLAS >= 12.3.4.1 / 12.4.5.8 (torch cu124+ wheels) and make sure that library is the one "
@@ -139,23 +140,28 @@ TABLE: Mapping[Outcome, OutcomeFacts] = MappingProxyType(dict([
     _row(Outcome.ENGINE_ERROR,    "✗", "#6639ba", _FAIL,    "EE",  True,  6,
          "the training engine (DeepSpeed ZeRO, FSDP, accelerate) failed: match its versions to the trainer's and transformers' "
          "(envmatrix names the known cases with their fixes), or rerun the scenario without the engine to tell it from the model"),
-    _row(Outcome.MISSING_MODULE,  "✗", "#7d4e00", _FAIL,    "MM",  True,  7,
+    _row(Outcome.API_MISMATCH,    "✗", "#8a4600", _FAIL,    "AM",  True,  7,
+         "two installed releases do not go together (one calls an API the other does not have): align them, upgrading or pinning "
+         "the calling package or the called one to the range the caller supports"),
+    _row(Outcome.MISSING_MODULE,  "✗", "#7d4e00", _FAIL,    "MM",  True,  8,
          "install the missing module (pip install <its distribution>), or pin the package that imports it to a release "
          "that declares or no longer needs it"),
-    _row(Outcome.UNSUPPORTED_GPU, "✗", "#6e7781", _FAIL,    "UG",  True,  9,
+    _row(Outcome.UNSUPPORTED_GPU, "✗", "#6e7781", _FAIL,    "UG",  True,  10,
          "use a torch/flash-attn build that ships kernels for this GPU architecture, or another GPU (FlashAttention-2 needs sm80+)"),
-    _row(Outcome.DRIVER_TOO_OLD,  "✗", "#6e7781", _FAIL,    "DTO", True,  8,
+    _row(Outcome.DRIVER_TOO_OLD,  "✗", "#6e7781", _FAIL,    "DTO", True,  9,
          "use a torch build for an older CUDA (e.g. cu126 instead of cu130), or upgrade the NVIDIA driver"),
-    _row(Outcome.OOM,             "✗", "#cf222e", _FAIL,    "OOM", True,  10,
+    _row(Outcome.OOM,             "✗", "#cf222e", _FAIL,    "OOM", True,  11,
          "lower the batch size or sequence length, enable gradient checkpointing, or use a GPU with more memory"),
-    _row(Outcome.NCCL_ERROR,      "✗", "#0550ae", _FAIL,    "NE",  True,  16,
+    _row(Outcome.NCCL_ERROR,      "✗", "#0550ae", _FAIL,    "NE",  True,  18,
          "look for the rank that failed first (its error is the cause); otherwise check NCCL_DEBUG=INFO output, "
          "the network between GPUs, and raise the collective timeout only if a step is legitimately slow"),
-    _row(Outcome.TIMEOUT,         "✗", "#9a6700", _FAIL,    "TIM", True,  17,
+    _row(Outcome.TIMEOUT,         "✗", "#9a6700", _FAIL,    "TIM", True,  19,
          "the run hung or was too slow: look at the log tail for the last step reached; raise --timeout if it was making progress"),
-    _row(Outcome.CRASH,           "✗", "#a40e26", _FAIL,    "CRA", True,  18,
-         "the process was killed by a signal: check the system log for the OOM killer (signal 9) or a native crash (signal 11)"),
-    _row(Outcome.ERROR,           "✗", "#57606a", _FAIL,    "ERR", True,  19,
+    _row(Outcome.CRASH,           "✗", "#a40e26", _FAIL,    "CRA", True,  17,
+         "the process was killed by a signal or the GPU faulted: check the system log for the OOM killer (signal 9) or a native "
+         "crash (signal 11); for a device fault (illegal memory access, launch failure) rerun with CUDA_LAUNCH_BLOCKING=1 to find "
+         "the kernel, and check that compiled extensions (flash-attn) were built for this torch"),
+    _row(Outcome.ERROR,           "✗", "#57606a", _FAIL,    "ERR", True,  20,
          "read the evidence line and the log tail: this failure matches no known signature"),
     _row(Outcome.WRONG_GPU,       "✗", "#e16f24", _FAIL,    "WG",  False, 2,
          "the cell ran on another GPU type than its id names (or on none): pin the job to that GPU type "

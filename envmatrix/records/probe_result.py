@@ -379,7 +379,7 @@ def _kind(value: Any) -> str:
 
 def _read_dataclass(cls: type[T], data: dict[str, Any], where: str, problems: list[str], depth: int) -> T:
     """An instance of `cls` from a JSON object: each known key read by its field's type; unknown keys ignored."""
-    kinds = hints(cls)
+    kinds = hints(cls)  # type: ignore[arg-type]  # a class is hashable; mypy types T as an instance type
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]  # cls is a dataclass
         if f.metadata.get("internal"):

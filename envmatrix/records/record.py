@@ -550,7 +550,19 @@ def read_record(path: Path) -> Record:
     return Record.from_json(read_json_bounded(path, MAX_RECORD_BYTES, "a record", RecordError), str(path))
 
 
-def _record_files(folder: Path) -> Iterator[Path]:
+def record_from_bytes(raw: bytes, source: str) -> Record:
+    """A record file's bytes read from elsewhere (a published site), validated as `read_record` validates a file."""
+    if len(raw) > MAX_RECORD_BYTES:
+        raise RecordError(f"{source}: {len(raw)} bytes, larger than a record can be ({MAX_RECORD_BYTES})")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise RecordError(f"{source}: not JSON (torn or not a record)") from None
+    return Record.from_json(data, source)
+
+
+def record_files(folder: Path) -> Iterator[Path]:
+    """The record files of a results folder, in name order (hidden and temporary files left out)."""
     try:
         yield from sorted(p for p in folder.glob("*.json") if not p.name.startswith("."))
     except OSError:
@@ -562,7 +574,7 @@ def load_records(*folders: Path, warn: Callable[[str], None] | None = None) -> l
     `warn` is told which and why. A later folder's record of the same cell wins."""
     records: dict[str, Record] = {}
     for folder in folders:
-        for path in _record_files(folder):
+        for path in record_files(folder):
             try:
                 record = read_record(path)
             except RecordError as exc:

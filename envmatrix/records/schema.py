@@ -9,6 +9,7 @@ own unless its metadata says `key` (`class` is not a Python name); `doc` becomes
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -22,8 +23,10 @@ def json_key(f: dataclasses.Field[Any]) -> str:
     return str(f.metadata.get("key", f.name))
 
 
+@functools.cache
 def hints(cls: type) -> dict[str, Any]:
-    """A dataclass's field types, resolved (the modules use `from __future__ import annotations`)."""
+    """A dataclass's field types, resolved (the modules use `from __future__ import annotations`); once per class:
+    resolving them is most of the time a report spends reading thousands of probe results."""
     return typing.get_type_hints(cls)
 
 

@@ -410,6 +410,12 @@ def _scenarios(ck: Checker, raw: Any) -> dict[str, Scenario]:
         body = {} if body is None else body
         values = ck.mapping(body, path, allowed)
         kwargs: dict[str, Any] = {}
+        model = values.get("model")
+        if isinstance(model, str) and model not in MODEL_FAMILIES and ("/" in model or model.startswith(".")):
+            folder = _model_folder(ck, model, (*path, "model"))
+            values = {k: v for k, v in values.items() if k != "model"}
+            if folder is not None:
+                kwargs |= {"model": folder, "shrink": True}
         for key, value in values.items():
             converted = ck.scalar(key, value, (*path, key))
             if converted is not None:
@@ -425,6 +431,19 @@ def _scenarios(ck: Checker, raw: Any) -> dict[str, Scenario]:
                     ck.err((*path, key), f"trainer: trl does not apply {key}: {str(bad).lower()} (the built-in loop does); use trainer: builtin for it")
         out[name] = Scenario(name=name, **kwargs)
     return out
+
+
+def _model_folder(ck: Checker, value: str, path: Path_) -> str | None:
+    """`model: ./our-model`: a team's own architecture (config.json and tokenizer, no weights), relative to the matrix
+    file, trained shrunk as `envmatrix preflight` does; its remote code never runs from a matrix file."""
+    if not _PATH.fullmatch(value):
+        ck.err(path, f"{value[:80]!r} is not a plain folder path (letters, digits, '.', '_', '/', '-')")
+        return None
+    folder = (Path(ck.src.name).parent / value).resolve()
+    if not (folder / "config.json").is_file():
+        ck.err(path, f"'{value}' is neither a built-in model family ({', '.join(MODEL_FAMILIES)}) nor a folder with a config.json ({folder})")
+        return None
+    return str(folder)
 
 
 def _rule(ck: Checker, raw: Any, path: Path_, scenario_names: list[str], packages: tuple[str, ...] = ()) -> Rule | None:
@@ -564,6 +583,11 @@ def _sched_labels(ck: Checker, value: Any, path: Path_) -> tuple[str, ...]:
     return ck.string_list(value, path, lambda v: None if _LABEL.fullmatch(v) else f"runner label '{v}' must be letters, digits, '.', '_' or '-'")
 
 
+def default_labels(gpu: str) -> tuple[str, ...]:
+    """The runner labels of a GPU type's jobs where the profile names none: self-hosted Linux runners labelled with it."""
+    return ("self-hosted", "linux", gpu.lower())
+
+
 def _scheduler(ck: Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Scheduler | None:
     values = ck.mapping(raw, path, SCHEDULER_KEYS, required=("gpus",))
     targets: dict[str, GpuTarget] = {}
@@ -582,7 +606,7 @@ def _scheduler(ck: Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sch
                 partition=_sched_text(ck, t.get("partition"), (*gpath, "partition"), _PARTITION, "gpu-a100"),
                 gres=_sched_text(ck, t.get("gres"), (*gpath, "gres"), _GRES, "gpu:a100:8"),
                 constraint=_sched_text(ck, t.get("constraint"), (*gpath, "constraint"), _CONSTRAINT, "a100&nvlink"),
-                labels=_sched_labels(ck, t["labels"], (*gpath, "labels")) if "labels" in t else ("self-hosted", "linux", gpu.lower()),
+                labels=_sched_labels(ck, t["labels"], (*gpath, "labels")) if "labels" in t else default_labels(gpu),
                 product=_sched_text(ck, t.get("product"), (*gpath, "product"), _K8S_LABEL_VALUE, "NVIDIA-A100-SXM4-80GB"),
                 gpu_count=_sched_int(ck, t.get("gpu_count", 0 if gpu == "cpu" else 1), (*gpath, "gpu_count"), 0, 64) or 0,
             )

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import EnvmatrixError, InputError
 from ..plan.cells import Cell
 from ..plan.shard import shard
-from ..spec.matrix import GpuTarget, Scheduler, Spec, check_pattern
+from ..spec.matrix import GpuTarget, Scheduler, Spec, check_pattern, default_labels
 
 
 class SubmitError(EnvmatrixError):
@@ -83,6 +83,73 @@ def fanout(spec: Spec, profile: str, cells: list[Cell], *, run_args: list[str], 
     for i in range(0, len(run_args) - 1, 2):
         _safe_argument(run_args[i], run_args[i + 1])
     return Fanout(profile, sched, tuple(jobs), tuple(run_args), _safe_argument("--reports", reports))
+
+
+#: A cron schedule's field: numbers, names (MON, JAN), `*`, ranges, lists and steps; nothing a shell or YAML reads otherwise.
+_CRON_FIELD = re.compile(r"[0-9A-Za-z*]+([-/][0-9A-Za-z]+)*(,[0-9A-Za-z*]+([-/][0-9A-Za-z]+)*)*")
+
+
+def check_cron(text: str) -> str:
+    """A five-field cron schedule (minute hour day month weekday), as GitHub's `schedule` and scrontab take it;
+    InputError otherwise. It is written into a workflow and a crontab line, so every field is matched in full."""
+    fields = text.split()
+    if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
+        raise InputError(f"--schedule {text!r}: not a cron schedule of five fields (minute hour day month weekday), such as '0 6 * * 1'")
+    return " ".join(fields)
+
+
+@dataclass(frozen=True)
+class WatchJob:
+    """A scheduled `envmatrix watch`: the arguments it repeats, the GPU type it runs on, where it writes."""
+
+    profile: str
+    gpu: str
+    target: GpuTarget
+    schedule: str
+    watch_args: tuple[str, ...]
+    reports: str
+
+    @property
+    def summary(self) -> str:
+        return f"{self.reports}/watch-summary.md"
+
+    def argv(self) -> list[str]:
+        """`envmatrix watch` with the profile, the GPU type and the summary file."""
+        return ["watch", "--profile", self.profile, "--gpu", self.gpu, *self.watch_args, "--summary", self.summary]
+
+    def issue_title(self) -> str:
+        return f"envmatrix watch: a new release breaks profile {self.profile} on {self.gpu}"
+
+
+def watch_job(spec: Spec, profile: str, gpu: str | None, schedule: str, *, watch_args: list[str], reports: str) -> WatchJob:
+    """A scheduled watch of one profile on one GPU type (the profile's only one when --gpu is not given)."""
+    prof = spec.profiles[profile]
+    gpus = prof.axes["gpu"]
+    if gpu is None:
+        if len(gpus) != 1:
+            raise InputError(f"profile '{profile}' has GPU types {', '.join(gpus)}: name the one whose runners watch with --gpu")
+        gpu = gpus[0]
+    elif gpu not in gpus:
+        raise InputError(f"--gpu {gpu}: profile '{profile}' has no such GPU; it has {', '.join(gpus)}")
+    for i in range(0, len(watch_args) - 1, 2):
+        _safe_argument(watch_args[i], watch_args[i + 1])
+    target = (prof.scheduler.gpus.get(gpu) if prof.scheduler else None) or GpuTarget(gpu_count=0 if gpu == "cpu" else 1, labels=default_labels(gpu))
+    return WatchJob(profile, gpu, target, check_cron(schedule), tuple(watch_args), _safe_argument("--reports", reports))
+
+
+def issue_script(job: WatchJob) -> str:
+    """Shell lines that open an issue with the summary when watch exits 1, or comment on the open one with the same
+    title (the `gh` CLI, authenticated by GH_TOKEN); the watch's exit status is kept in `$status`."""
+    title = quote([job.issue_title()])
+    summary = quote([job.summary])
+    return "\n".join(
+        [
+            f"number=$(gh issue list --state open --search {quote([f'in:title {job.issue_title()}'])} --json number,title "
+            f"--jq '.[] | select(.title == \"{job.issue_title()}\") | .number' | head -n 1)",
+            f'if [ -n "$number" ]; then gh issue comment "$number" --body-file {summary};',
+            f"else gh issue create --title {title} --body-file {summary}; fi",
+        ]
+    )
 
 
 def quote(argv: list[str]) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import Fanout, GpuJob, SubmitError, quote
+from . import Fanout, GpuJob, SubmitError, WatchJob, issue_script, quote
 
 SHARD = "@SHARD@"
 _DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
@@ -116,3 +116,32 @@ def wait(sub: Submitted, *, poll: float = 2.0, say: Callable[[str], None] = prin
     states.update(report)
     say("; ".join(f"{k} {v}" for k, v in sorted(states.items())))
     return states
+
+
+def watch_files(job: WatchJob, *, folder: str, cwd: str, python: str = sys.executable) -> dict[str, str]:
+    """A scheduled watch for Slurm's cron (`scrontab`): the job script, and the crontab entry that runs it with the
+    GPU type's partition, gres and constraint; on a regression it opens or updates an issue where `gh` is set up."""
+    script = [
+        "#!/bin/bash",
+        f"# envmatrix watch of profile {job.profile} on {job.gpu}, run by scrontab ({job.schedule}).",
+        "set -uo pipefail",
+        f"cd {quote([cwd])}",
+        _envmatrix(python, job.argv()),
+        "status=$?",
+        f"if [ -f {quote([job.summary])} ]; then cat {quote([job.summary])}; fi",
+        'if [ "$status" = 1 ] && command -v gh >/dev/null 2>&1 && [ -n "${GH_REPO:-}" ]; then',
+        issue_script(job),
+        "fi",
+        'exit "$status"',
+        "",
+    ]
+    options = [("partition", job.target.partition), ("gres", job.target.gres), ("constraint", job.target.constraint)]
+    scron = [
+        "# Append to your crontab for Slurm (scrontab replaces it whole): scrontab -l > mine; cat watch.scrontab >> mine; scrontab mine",
+        f"#SCRON --job-name=envmatrix-watch-{job.profile}-{job.gpu.lower()}",
+        *(f"#SCRON --{opt}={value}" for opt, value in options if value),
+        f"#SCRON --output={job.reports}/slurm-logs/watch-%j.log",
+        f"{job.schedule} bash {quote([f'{folder}/watch.sh'])}",
+        "",
+    ]
+    return {"watch.sh": "\n".join(script), "watch.scrontab": "\n".join(scron)}

@@ -23,6 +23,7 @@ from typing import Any
 from ..facts.enginefailures import remedy_for as engine_remedy
 from ..records.outcomes import TABLE, Outcome, Verdict, decided
 from ..records.probe_result import EnvFacts, KernelCheck, ProbeResult
+from . import evidence, remedies
 from .garble import garbled
 from .imports import read_missing
 from .imports import remedy as missing_remedy
@@ -77,9 +78,15 @@ Rule = Callable[[RunFacts], "str | None"]
 
 
 def _log(outcome: Outcome) -> Rule:
+    """An outcome's evidence in the log: a signature's line, else an exception a rule named so or a library code that
+    means it (the log read as structure)."""
+
     def rule(f: RunFacts) -> str | None:
         hit = f.scan.first(outcome)
-        return hit.quote() if hit else None
+        if hit is None:
+            return evidence.structural(f.scan, outcome)
+        code = next((c for c, at in f.scan.codes if at.line_no == hit.line_no and c.outcome == outcome), None)
+        return hit.quote() + (f" ({code.describe()})" if code else "")
 
     return rule
 
@@ -165,11 +172,13 @@ def _garbled(f: RunFacts) -> str | None:
 
 
 FIRST_STEPS = 3
+#: Steps with a zero gradient that make a finding: one tied group in warm-up proves nothing.
+ZERO_STEPS = 2
 
 
 def _zero_grad(f: RunFacts) -> str | None:
     rows = [m for m in f.metrics if isinstance(m.get("grad_norm"), (int, float))][:FIRST_STEPS]
-    if rows and all(m["grad_norm"] == 0 for m in rows):
+    if len(rows) >= ZERO_STEPS and all(m["grad_norm"] == 0 for m in rows):
         last = rows[-1]
         diversity = f", distinct completions {last['distinct_ratio']:.2g}" if isinstance(last.get("distinct_ratio"), (int, float)) else ""
         return (
@@ -179,8 +188,8 @@ def _zero_grad(f: RunFacts) -> str | None:
     if f.metrics:
         return None
     norms = f.scan.metrics.get("grad_norm", [])[:FIRST_STEPS]
-    if norms and all(v == 0 for v, _ in norms):
-        return norms[0][1].quote()
+    if len(norms) >= ZERO_STEPS and all(v == 0 for v, _ in norms):
+        return f"grad_norm 0.0 on the first {len(norms)} logged steps ({norms[0][1].quote()})"
     spread = f.scan.metrics.get("reward_std", [])[:FIRST_STEPS]
     if not norms and len(spread) == FIRST_STEPS and all(v == 0 for v, _ in spread):
         return f"reward_std 0.0 on the first {FIRST_STEPS} logged steps: every group's rewards tie, so every advantage is 0 ({spread[0][1].quote()})"
@@ -201,14 +210,28 @@ def _sampling(f: RunFacts) -> str:
 
 
 def _timeout(f: RunFacts) -> str | None:
-    return "the run exceeded its wall-clock timeout and was killed" if f.timed_out else None
+    if f.timed_out:
+        return "the run exceeded its wall-clock timeout and was killed"
+    return _log(Outcome.TIMEOUT)(f)
 
 
 def _crash(f: RunFacts) -> str | None:
+    """A process killed by a signal, or a device fault (a CUDA code that loses the context). A SIGABRT in a run that shows
+    an NCCL failure is NCCL's watchdog aborting the process it gave up on: a consequence, not the cause."""
+    device = evidence.structural(f.scan, Outcome.CRASH) if f.scan.first(Outcome.CRASH) is None else None
     num = signal_number(f.exit_code)
-    if num is not None and num not in (signal.SIGINT, signal.SIGTERM, signal.SIGFPE):
-        return f"process killed by {_signal_name(num)} (exit status {f.exit_code})"
-    return _log(Outcome.CRASH)(f)
+    nccl = _log(Outcome.NCCL_ERROR)(f) is not None
+    killed_for_time = f.timed_out and num in (signal.SIGKILL, signal.SIGTERM)  # the runner's own kill: a timeout
+    if num is not None and num not in (signal.SIGINT, signal.SIGTERM, signal.SIGFPE) and not (num == signal.SIGABRT and nccl) and not killed_for_time:
+        return f"process killed by {_signal_name(num)} (exit status {f.exit_code})" + (f"; {device}" if device else "")
+    variant = f.scan.first_variant(Outcome.CRASH)
+    if variant is not None and not (nccl and variant in ("exitcode", "elastic", "core") and _aborted(f.scan.hits[f"crash:{variant}"].line)):
+        return f.scan.hits[f"crash:{variant}"].quote()
+    return device
+
+
+def _aborted(line: str) -> bool:
+    return "-6" in line or "SIGABRT" in line or "Signal 6" in line or "Aborted" in line
 
 
 def _error(f: RunFacts) -> str | None:
@@ -219,23 +242,52 @@ def _error(f: RunFacts) -> str | None:
     err = res.error
     if err is not None and (err.type or err.message or err.stage):
         return f"probe raised {err.type} during {err.stage}: {str(err.message)[:300]}"
-    hit = f.scan.hits.get("error:line") or f.scan.first(Outcome.ERROR)
+    if f.scan.raised:  # read as structure: the exception that ended the run (teardown noise is none)
+        last = evidence.last_exception(f.scan)
+        quoted = evidence.quote(last) if last is not None else None
+    else:
+        hit = f.scan.hits.get("error:line") or f.scan.first(Outcome.ERROR)
+        quoted = hit.quote() if hit else None
     if f.exit_code not in (None, 0):
-        return f"exit status {f.exit_code}" + (f"; {hit.quote()}" if hit else "")
+        return f"exit status {f.exit_code}" + (f"; {quoted}" if quoted else "")
     if res.finished is False:
         return f"probe did not finish (stage {res.stage}) and left no error"
-    return hit.quote() if hit else None
+    return quoted
 
 
 def _missing_module(f: RunFacts) -> str | None:
     """A module (or library) not installed, in a run that did not train: a harmless `No module named` warning
     in a run that trained is not a failure."""
-    hit = f.scan.first(Outcome.MISSING_MODULE)
-    if hit is None or _ok_evidence(f) is not None:
+    if _ok_evidence(f) is not None:
         return None
+    hit = f.scan.first(Outcome.MISSING_MODULE)
+    if hit is None:
+        return evidence.structural(f.scan, Outcome.MISSING_MODULE)
     missing = read_missing(hit.line, hit.context)
     imported = f" (imported by {missing.importer})" if missing is not None and missing.importer else ""
     return hit.quote() + imported
+
+
+def _api_mismatch(f: RunFacts) -> str | None:
+    """Two releases that do not go together: a call the installed release does not take, or a package's own statement of
+    the range it needs; a range statement about a package whose frames raised the run's exception explains that exception."""
+    ranges = evidence.ranges(f.scan)
+    said = f"; {ranges[0].text()}" if ranges else ""
+    found = evidence.strong(f.scan, Outcome.API_MISMATCH)
+    if found is not None:
+        return evidence.quote(found) + said
+    last = evidence.last_exception(f.scan)
+    if last is not None and last.outcome in (Outcome.ERROR, Outcome.ENGINE_ERROR):
+        packages = {fr.package for fr in last.raised.frames}
+        for stated in ranges:
+            if _dist(stated.package) in packages or (stated.said_by and _dist(stated.said_by) in packages):
+                return f"{evidence.quote(last)}; {stated.text()}: {stated.line}"
+    return None
+
+
+def _dist(name: str) -> str:
+    """A package name as frames name distributions (`vLLM` → `vllm`, `huggingface_hub` → `huggingface-hub`)."""
+    return name.lower().replace("_", "-")
 
 
 def _build(f: RunFacts) -> str | None:
@@ -249,6 +301,7 @@ _RULES: dict[Outcome, Rule] = {
     Outcome.IMPORT_ABI: _log(Outcome.IMPORT_ABI),
     Outcome.UNKNOWN_MODEL: _log(Outcome.UNKNOWN_MODEL),
     Outcome.ENGINE_ERROR: _log(Outcome.ENGINE_ERROR),
+    Outcome.API_MISMATCH: _api_mismatch,
     Outcome.MISSING_MODULE: _missing_module,
     Outcome.DRIVER_TOO_OLD: _log(Outcome.DRIVER_TOO_OLD),
     Outcome.UNSUPPORTED_GPU: _log(Outcome.UNSUPPORTED_GPU),
@@ -345,6 +398,14 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
             )
     if outcome == Outcome.ENGINE_ERROR and (variant := facts.scan.first_variant(Outcome.ENGINE_ERROR)) is not None:
         return engine_remedy(variant)
+    if outcome == Outcome.ENGINE_ERROR and (layer := remedies.engine(facts.scan)) is not None:
+        return layer
+    if outcome == Outcome.API_MISMATCH and (said := remedies.api_mismatch(facts.scan)) is not None:
+        return said
+    if outcome == Outcome.UNSUPPORTED_GPU and (lacking := remedies.unsupported_gpu(facts.scan)) is not None:
+        return lacking
+    if (own := remedies.code(facts.scan, outcome.value)) is not None:
+        return own
     if outcome == Outcome.MISSING_MODULE and (hit := facts.scan.first(Outcome.MISSING_MODULE)) is not None:
         missing = read_missing(hit.line, hit.context)
         if missing is not None:
@@ -363,6 +424,8 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
         generations = _option(opts.num_generations, seen, "num_generations")
         if generations == 1 or "nan_loss:dof" in facts.scan.hits:
             return "num_generations is 1: a group of one completion has no standard deviation, so the advantages are NaN; use num_generations >= 2"
+        if (diverged := remedies.divergence(facts.scan, facts.metrics)) is not None:
+            return diverged
         model = f"{opts.model or ''} {seen.get('gemma2', '')}".lower().replace("-", "")
         flash = "flash" in str(opts.attn or "") or "flash_attn" in seen or bool(env.flash_attn)
         if "gemma2" in model and flash:
@@ -381,16 +444,21 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
 
 
 def classify(facts: RunFacts) -> Verdict:
-    """The first rule that fires decides; every other rule that fires is listed in `also`."""
-    fired = [(name, evidence) for name, rule in RULES if (evidence := rule(facts))]
+    """The first rule that fires decides; every other rule that fires is listed in `also`. An exception only a fallback
+    rule names (a new failure inside an engine's frames) decides when nothing but `error` would."""
+    fired = [(name, found) for name, rule in RULES if (found := rule(facts))]
+    if not fired or fired[0][0] == Outcome.ERROR:
+        weak = evidence.fallback(facts.scan)
+        if weak is not None:
+            fired.insert(0, (Outcome(weak.outcome), evidence.quote(weak)))
     if not fired:
-        evidence = _ok_evidence(facts)
-        if evidence is None:
+        trained = _ok_evidence(facts)
+        if trained is None:
             return decided(Outcome.INCONCLUSIVE, _missing(facts), Outcome.INCONCLUSIVE.value)
-        return decided(Outcome.OK, evidence, Outcome.OK.value)
-    name, evidence = fired[0]
+        return decided(Outcome.OK, trained, Outcome.OK.value)
+    name, shown = fired[0]
     also = tuple(dict.fromkeys(n for n, _ in fired[1:] if n not in (name, Outcome.ERROR)))
-    return Verdict(name, evidence, remedy(name, facts, also), name.value, also)
+    return Verdict(name, shown, remedy(name, facts, also), name.value, also)
 
 
 def control_status(expect: str | None, outcome: str) -> str | None:

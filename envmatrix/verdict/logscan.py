@@ -19,13 +19,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, BinaryIO
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 
+from ..facts import errorcodes
 from ..facts.enginefailures import FAILURES as ENGINE_FAILURES
 from .garble import garbled
+from .lines import clean, unflatten
+from .rules import Judged, judge
+from .tracebacks import Raised, Reader
 
 CHUNK = 1 << 20
 MAX_LINE = 1 << 16  # a "line" longer than this is cut when quoted as evidence
@@ -34,7 +38,16 @@ METRIC_VALUES_KEPT = 64
 GEN_BUDGET = 4096  # generated-text candidates measured per log
 GEN_REGION = 1 << 14  # bytes of an id list followed across wrapped, prefixed lines
 MAX_TAIL = 1 << 12  # how far past judged text a signature that starts inside it may reach
+STRUCT_BUDGET = 1 << 20  # bytes of tracebacks read as structure from the head of a log; the tail is read apart
+TAIL_BYTES = 1 << 20  # the end of a log, read as structure whatever the budget left (a failure is usually at the end)
+REGION_BYTES = 256 << 10  # one traceback region at most
+REGION_GAP = 3  # lines that are not a traceback's end a region (other ranks' lines in between are allowed up to this)
+CODE_HITS = 64  # lines read for library error codes (the first ones: a code is printed where a failure starts)
 
+#: RE2's memory for one compiled alternation: its default (8 MiB) is too small a DFA cache for every signature at once, and
+#: a DFA out of memory falls back to the NFA, many times slower. 64 MiB is per pattern (a few are cached), not per log.
+_OPTIONS = re2.Options()
+_OPTIONS.max_mem = 64 << 20
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _ANSI_END = re.compile(rb"\x1b\[[0-9;]*m$")
 
@@ -70,7 +83,6 @@ SIGNATURES: dict[str, str] = {
     "missing_module:cannot_import": r"cannot import name '?[A-Za-z_]\w*'? from '?[A-Za-z_][\w.]*'?",
     "driver_too_old:old": r"NVIDIA driver on your system is too old",
     "driver_too_old:insufficient": r"(?i:CUDA driver version is insufficient)",
-    "driver_too_old:enum": r"cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
     "unsupported_gpu:fa2": r"FlashAttention only supports (?:Ampere|Turing) GPUs or newer",
     "unsupported_gpu:head_dim": r"FlashAttention\s+(?:backward|forward)?\s*for\s+head\s*dim\s*\S+\s+(?:\d+\s+)?requires",
     "unsupported_gpu:datacenter": r"requires\s+(?:an?\s+)?A100(?:/A800)?\s+or\s+H100",
@@ -78,14 +90,16 @@ SIGNATURES: dict[str, str] = {
     "unsupported_gpu:kernel": r"no kernel image is available for execution on the device",
     "unsupported_gpu:sm": r"is not compatible with the current PyTorch installation",
     "unsupported_gpu:too_old": r"PyTorch no longer supports this GPU because it is too old",
-    "unsupported_gpu:enum": r"cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU",
     "oom:cuda": r"CUDA out of memory",
     "oom:error": r"OutOfMemoryError",
     "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
-    "oom:runtime": r"(?i:cuda(?: runtime)? error(?: \(2\))?\s*:\s*out of memory)",
-    "oom:enum": r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|CUBLAS_STATUS_ALLOC_FAILED",
+    "oom:hip_enum": r"hipErrorOutOfMemory",  # CUDA's, cuBLAS's and cuDNN's codes are facts/errorcodes.py's
     "oom:xla": r"RESOURCE_EXHAUSTED|ResourceExhaustedError|OOM when allocating tensor",
     "oom:cpu": r"DefaultCPUAllocator: can't allocate memory",
+    # the host's allocator, printed outside any exception: Rust's alloc error (tokenizers), C++'s, errno 12
+    "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
+    # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
+    "oom:killer": r"oom-kill event|Out of memory: Kill(?:ed)? process|invoked oom-killer|OOMKilled|running low on memory",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
     "grad_lost:element0": r"element\s+0\s+of\s+(?:tensors|variables)\s+does\s+not\s+require\s+grad",  # 'variables': torch < 1.0
@@ -94,26 +108,30 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
     "nan_loss:phrase": r"(?i:\bloss\s+(?:is|became|becomes|was|went)\s+(?:nan|inf)\b)",
+    "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
+    # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
+    "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore)",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
     "nccl_error:watchdog": r"Watchdog caught collective operation timeout",
     "nccl_error:error": r"NCCL error in:",
-    "nccl_error:unhandled": r"ncclUnhandledCudaError",
-    "nccl_error:system": r"ncclSystemError",
-    "nccl_error:internal": r"ncclInternalError",
     "nccl_error:aborted": r"NCCL communicator was aborted",
     "nccl_error:stuck": r"ProcessGroupNCCL's watchdog got stuck",
     "nccl_error:failed": r"Some NCCL operations have failed or timed out",
-    "nccl_error:numbered": r"NCCL Error \d+:",
-    "nccl_error:remote": r"ncclRemoteError",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     "crash:segv": r"Segmentation fault",
     "crash:bus": r"Bus error",
     "crash:killed": r"(?m)(?:^|\d[ \t]+)Killed(?:[ \t]|$)",
+    "crash:core": r"(?:Aborted|Illegal instruction) \(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT) received",
+    # a wall-clock limit the scheduler enforced
+    "timeout:scheduler": r"DUE TO TIME LIMIT|Job step aborted: Waiting up to \d+ seconds for job step to finish|DeadlineExceeded",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
     "error:traceback": r"Traceback \(most recent call last\)",
+    # not an outcome: a package's statement of the range it needs (evidence for an API mismatch, read by evidence.py)
+    "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"
+    r"|,\s+but\s+you\s+have\s+[\w.-]+\s+v?\d|you\s+have\s+(?:version\s+)?v?\d+\.\d+[\w.]*\s+installed)",
 }
 # Facts a remedy names (the cuBLAS version loaded, the sampling and group settings, the model and attention);
 # the value is the group named VALUE, or the matched text for a fact that is a presence.
@@ -140,6 +158,16 @@ _GEN: dict[str, bytes] = {
     "char_run": rb"0{24}|1{24}|2{24}|3{24}|4{24}|5{24}|6{24}|7{24}|8{24}|9{24}",
     "non_ascii": rb"[^\x00-\x7f]{40}",
 }
+#: Where a traceback or an exception may start, behind any prefix: a traceback header, a frame, faulthandler's dump, an
+#: exception type (`…Error`, `…Exception`, `ray.exceptions.RayTaskError(OutOfMemoryError)`) followed by `:`, `(` or the line
+#: end, a rich frame (`config.py:891 in _batch_assertion`). What it finds is read by tracebacks.py, a region at a time.
+_STRUCT = (
+    rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
+    rb"|terminate called after throwing an instance of"
+    rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
+    rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
+    rb"|\.py:\d+ in \w+|\.py: *" + "│".encode()
+)
 # a metrics table's header (a notebook's Trainer output, markdown or columns): `Step | Training Loss | reward_std | …`
 _TABLE = rb"(?mi)^[ \t|>]*step[ \t]*(?:\||\t|  )[^\n]*(?:loss|reward|grad[ _]norm)[^\n]*$"
 TABLE_ROWS = 64  # rows of a table read
@@ -177,6 +205,8 @@ class LogScan:
     nonfinite: Hit | None = None
     garbled: tuple[Hit, str] | None = None
     facts: dict[str, str] = field(default_factory=dict)
+    raised: tuple[Raised, ...] = ()
+    codes: list[tuple[errorcodes.Code, Hit]] = field(default_factory=list)
     lines: int = 0
     size: int = 0
 
@@ -195,6 +225,11 @@ class LogScan:
     def values(self, key: str) -> list[float]:
         """The first values of a metric in the order they were logged."""
         return [v for v, _ in self.metrics.get(key, [])]
+
+    @cached_property
+    def judged(self) -> tuple[Judged, ...]:
+        """Every exception read, named by the rules (rules.txt), in the order printed."""
+        return tuple(judge(r) for r in self.raised)
 
 
 def _is_key(buf: bytes, start: int) -> bool:
@@ -242,7 +277,12 @@ class _Alternation:
 def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
     """One RE2 pattern for what is still wanted: unseen signatures and facts, the first non-finite value, metric values,
     generated-text candidates. (google-re2 rebuilds its group table on every name lookup: look up indices once.)"""
-    parts: list[tuple[str, bytes]] = [(n, p.encode()) for n, p in SIGNATURES.items() if n in names]
+    # structure first: where a traceback starts, it is read before any signature on the same text (which is then searched
+    # again with the structure left out, so nothing is missed)
+    parts: list[tuple[str, bytes]] = [("struct", _STRUCT)] if "struct" in names else []
+    if "code" in names:
+        parts.append(("code", errorcodes.TRIGGER.encode()))
+    parts += [(n, p.encode()) for n, p in SIGNATURES.items() if n in names]
     parts += [("fact:" + n, p.replace("VALUE", "v__" + n).encode()) for n, p in FACTS.items() if "fact:" + n in names]
     if "nonfinite" in names:
         parts.append(("nonfinite", _NONFINITE))
@@ -253,7 +293,7 @@ def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
     if not parts and not metrics:
         return None
     body = [b"(?P<%s>%s)" % (_group(n), p) for n, p in parts] + ([_METRIC] if metrics else [])
-    pattern = re2.compile(b"|".join(body))
+    pattern = re2.compile(b"|".join(body), _OPTIONS)
     index: dict[bytes, int] = dict(pattern.groupindex)
     order = tuple(n for n, _ in parts) + (("metric",) if metrics else ())
     return _Alternation(pattern, tuple((n, index[_group(n)]) for n in order), index)
@@ -273,6 +313,15 @@ def _id_list(buf: bytes, start: int) -> bytes:
     return b"\n".join(kept)
 
 
+def _line_start(buf: bytes, pos: int) -> int:
+    return buf.rfind(b"\n", 0, pos) + 1
+
+
+@lru_cache(maxsize=1)
+def _STRUCT_ONLY() -> Any:  # a compiled constant, built on first use
+    return re2.compile(_STRUCT, _OPTIONS)
+
+
 def _spans(m: Any) -> Any:
     """Every group's (start, end), (-1, -1) where it did not take part. google-re2's Match keeps them in `_spans`;
     its public span(i) re-counts the pattern's groups on each call, 50 times slower over an alternation."""
@@ -283,30 +332,40 @@ def _spans(m: Any) -> Any:
 class _Scanner:
     def __init__(self) -> None:
         self.scan = LogScan()
-        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen", "table"}
+        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen", "table", "struct", "code"}
         self.metrics_left = METRIC_VALUES_KEPT
         self.gen_left = GEN_BUDGET
         self.nonfinite_left = METRIC_VALUES_KEPT
+        self.reader = Reader()
+        self.struct_left = STRUCT_BUDGET
+        self.struct_until = -1  # where the head's structure reading stopped (absolute offset); -1 while it goes on
+        self.code_left = CODE_HITS
 
-    def feed(self, buf: bytes, base_line: int) -> None:
+    def feed(self, buf: bytes, base_line: int, base: int = 0) -> None:
+        """Search one chunk of whole lines (`base_line` lines and `base` bytes into the log) for everything still wanted."""
         counted = [0, base_line]  # (position, line number there): line numbers cost O(n) per chunk in all
 
-        def hit(start: int, end: int) -> Hit:
+        def line_no(start: int) -> int:
             pos, line = counted
             line += buf.count(b"\n", pos, start)
             counted[:] = [start, line]
-            return Hit(line + 1, _line_at(buf, start, end))
+            return line + 1
 
-        scan, pos, gen_done_to = self.scan, 0, 0
+        def hit(start: int, end: int) -> Hit:
+            return Hit(line_no(start), _line_at(buf, start, end))
+
+        scan, pos = self.scan, 0
+        done_to = {"gen": 0, "struct": 0, "code": 0}  # text already judged for generated text / read as structure / for codes
         while True:
-            judged = pos < gen_done_to and "gen" in self.todo  # in text already judged: look for the rest only
-            alt = _alternation(tuple(sorted(self.todo - {"gen"} if judged else self.todo)), self.metrics_left > 0)
+            skip = {k for k, to in done_to.items() if pos < to and k in self.todo}
+            alt = _alternation(tuple(sorted(self.todo - skip)), self.metrics_left > 0)
             if alt is None:
                 return
-            if judged:
-                m = alt.pattern.search(buf, pos, min(len(buf), gen_done_to + MAX_TAIL))
-                if m is None or m.start() >= gen_done_to:
-                    pos = gen_done_to
+            if skip:
+                limit = min(done_to[k] for k in skip)
+                m = alt.pattern.search(buf, pos, min(len(buf), limit + MAX_TAIL))
+                if m is None or m.start() >= limit:
+                    pos = limit
                     continue
             else:
                 m = alt.pattern.search(buf, pos)
@@ -316,7 +375,27 @@ class _Scanner:
             spans = _spans(m)
             name = next(n for n, i in alt.parts if spans[i][0] != -1)
             if name.startswith("gen:"):
-                gen_done_to = self._generated(buf, m, name[len("gen:") :], hit)
+                done_to["gen"] = self._generated(buf, m, name[len("gen:") :], hit)
+            elif name == "struct":
+                start = _line_start(buf, m.start())
+                end, read_to = self.region(buf, start, line_no(start))
+                self.struct_left -= read_to - start
+                done_to["struct"] = max(end, pos)
+                pos = m.start()  # the same text again for everything else
+                if self.struct_left <= 0:
+                    self.todo.discard("struct")
+                    self.struct_until = base + end
+            elif name == "code":
+                found = hit(m.start(), m.end())
+                lo, hi = _line_bounds(buf, m.start(), m.end())
+                for code in errorcodes.find(_ANSI.sub(b"", buf[lo:hi]).decode("utf-8", "replace")):
+                    if all(code != c for c, _ in scan.codes):
+                        scan.codes.append((code, found))
+                self.code_left -= 1
+                if self.code_left <= 0:
+                    self.todo.discard(name)
+                done_to["code"] = hi
+                pos = m.start()  # the rest of the line again for the signatures that start here
             elif name == "metric":
                 self.metrics_left -= 1  # a rejected one counts too: a log of `val_grad_norm` lines stays cheap
                 key_at = spans[alt.index[b"mkey"]]
@@ -344,6 +423,41 @@ class _Scanner:
                     found = Hit(found.line_no, found.line, _before(buf, m.start()))
                 scan.hits[name] = found
                 self.todo.discard(name)
+
+    def region(self, buf: bytes, start: int, line_no: int) -> tuple[int, int]:
+        """Read the lines from `start` as structure until REGION_GAP lines in a row are not part of a traceback (or
+        REGION_BYTES); returns where the last structural line ends and where reading stopped."""
+        pos, last, gap = start, start, 0
+        while pos < len(buf) and gap < REGION_GAP and pos - start < REGION_BYTES:
+            nl = buf.find(b"\n", pos)
+            end = nl if nl != -1 else len(buf)
+            raw = buf[pos : min(end, pos + MAX_LINE)].rstrip(b"\r").decode("utf-8", "replace")
+            structural = False
+            segments = raw.split("\r")
+            for segment in [x for x in segments if x.strip()] if len(segments) > 1 else segments:  # a redrawn bar is not a blank line
+                for part in unflatten(segment):
+                    structural = self.reader.feed(clean(part), line_no) or structural
+            gap = 0 if structural else gap + 1
+            if structural:
+                last = end
+            pos, line_no = end + 1, line_no + 1
+        return last, min(pos, len(buf))
+
+    def finish(self, tail: bytes, tail_base: int, tail_line: int) -> None:
+        """Read the log's tail as structure when the head's budget ran out before it, then keep what was read."""
+        if self.struct_until >= 0 and tail:
+            skip = max(0, self.struct_until - tail_base)
+            if skip < len(tail):
+                start = _line_start(tail, skip) if skip else 0
+                line_no = tail_line + tail.count(b"\n", 0, start) + 1
+                for m in _STRUCT_ONLY().finditer(tail, start):
+                    if m.start() < start:
+                        continue
+                    at = _line_start(tail, m.start())
+                    line_no += tail.count(b"\n", start, at)
+                    start = max(self.region(tail, at, line_no)[0], m.end())
+                    line_no += tail.count(b"\n", at, start)
+        self.scan.raised = self.reader.raised()
 
     def _table(self, buf: bytes, start: int, hit: Any) -> None:
         """Read a metrics table (header at `start`, then up to TABLE_ROWS numeric rows) into the metrics the
@@ -410,12 +524,14 @@ def _number(cell: bytes) -> float | None:
 
 
 def scan_stream(stream: BinaryIO) -> LogScan:
-    """Scan a binary stream chunk by chunk; memory stays near 2 * CHUNK + MAX_LINE whatever the size.
+    """Scan a binary stream chunk by chunk; memory stays near 2 * CHUNK + MAX_LINE + TAIL_BYTES whatever the size.
 
     A chunk ends at a line end (so a line is never split), unless one line outgrows every bound."""
     scanner = _Scanner()
     buf = b""
     line_no = 0
+    offset = 0
+    tail: list[tuple[int, int, bytes]] = []  # (offset, line number, bytes) of the last wholes, TAIL_BYTES at most
     while True:
         block = stream.read(CHUNK)
         scanner.scan.size += len(block)
@@ -432,11 +548,16 @@ def scan_stream(stream: BinaryIO) -> LogScan:
                 cut = len(buf)  # one enormous line: search it as it is
         whole, buf = buf[:cut], buf[cut:]
         if whole:
-            scanner.feed(whole, line_no)
+            scanner.feed(whole, line_no, offset)
+            tail.append((offset, line_no, whole))
+            while sum(len(w) for _, _, w in tail) - len(tail[0][2]) >= TAIL_BYTES:
+                tail.pop(0)
+            offset += len(whole)
             line_no += whole.count(b"\n") + (0 if whole.endswith(b"\n") or block else 1)
         if not block:
             break
     scanner.scan.lines = line_no
+    scanner.finish(b"".join(w for _, _, w in tail), tail[0][0] if tail else 0, tail[0][1] if tail else 0)
     return scanner.scan
 
 

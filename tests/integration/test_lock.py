@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,28 @@ def test_lock_installs_with_require_hashes(tmp_path: Path) -> None:
     subprocess.run([*pip, "install", "--quiet", "--require-hashes", "-r", str(folder / "requirements.lock")], check=True, timeout=600)
     frozen = subprocess.run([*pip, "freeze"], capture_output=True, text=True, check=True).stdout.split()
     assert sorted(frozen) == sorted(PINS)
+
+
+def test_pylock_with_the_attestations_it_stands_on_installs_with_uv(tmp_path: Path) -> None:
+    """The [tool.envmatrix] table (what the environment is vetted for, the attestations by digest) is a
+    PEP 751 tool table: uv reads the lock and plans the same pins."""
+    from uv import find_uv_bin
+
+    from envmatrix.records.provenance import Provenance
+
+    records = [make_record("ok", freeze=PINS[:1]), make_record("zero_grad", scenario="ctl", expect="zero_grad", freeze=PINS[:1])]
+    signed = {r.id: Provenance("https://a.example/", verified=True, signer="ab" * 32, attestation_sha256=f"{i}" * 64) for i, r in enumerate(records)}
+    folder = write_lock(records, tmp_path, env_id=records[0].env, provenance=signed)
+    import tomllib
+
+    tool = tomllib.loads((folder / "pylock.toml").read_text())["tool"]["envmatrix"]
+    assert tool["vetted-for"] == ["fp32-sdpa"] and tool["controls-reproduced"] == ["ctl"]
+    assert sorted(a["sha256"] for a in tool["attestations"]) == ["0" * 64, "1" * 64]
+    uv = str(find_uv_bin())
+    subprocess.run([uv, "venv", "--quiet", str(tmp_path / "venv")], check=True, timeout=120)
+    env = {**os.environ, "VIRTUAL_ENV": str(tmp_path / "venv")}
+    plan = subprocess.run([uv, "pip", "install", "--dry-run", "-r", str(folder / "pylock.toml")], capture_output=True, text=True, env=env, timeout=600)
+    assert plan.returncode == 0 and "six==1.16.0" in plan.stderr, plan.stderr
 
 
 def test_tampered_lock_is_refused(tmp_path: Path) -> None:

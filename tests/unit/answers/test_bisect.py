@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envmatrix.answers.bisect import ENDPOINT, FLIPS, FOUND, UNRESOLVED, bisect, releases_between
-from envmatrix.facts.releases import parse_pip_index_versions
+from envmatrix.answers.bisect import ENDPOINT, FOUND, MAX_KIND_CHANGES, UNRESOLVED, bisect, releases_between
 
 RELEASES = [f"5.{i}.0" for i in range(20)]
 
@@ -53,13 +51,50 @@ def test_endpoints_must_show_the_claimed_outcomes() -> None:
     assert broken.status == ENDPOINT and "could not be tried" in broken.message
 
 
-def test_a_third_outcome_in_between_means_more_than_one_change() -> None:
+def test_the_first_release_that_is_not_good_whatever_the_failure_then_where_the_kind_changes() -> None:
+    # transformers under trl 0.19.1: ok to 5.0.0, error (an API trl still uses is gone) from 5.1.0, missing_module from 5.4.0
     def oracle(release: str) -> str:
         i = RELEASES.index(release)
-        return "grad_lost" if i < 5 else "nan_loss" if i < 15 else "ok"
+        return "ok" if i < 5 else "error" if i < 9 else "missing_module"
+
+    result = bisect(RELEASES, oracle, expect_old="ok", expect_new="not ok")
+    assert result.status == FOUND
+    assert (result.before, result.first) == ("5.4.0", "5.5.0")
+    assert result.kinds == [("5.5.0", "error"), ("5.9.0", "missing_module")]
+    assert "first release whose outcome is not ok: 5.5.0 (error)" in result.message and "missing_module from 5.9.0" in result.message
+    assert len(result.tried) <= 2 + 5 + 3, "the walk over kinds reuses the first search's runs"
+
+
+def test_the_walk_over_kinds_reuses_what_was_tried() -> None:
+    """transformers under trl 0.19.1, as measured: the first search already tried 5.4.0 (missing_module), so the walk
+    from 5.1.0 (error) looks between 5.1.0 and 5.4.0 only."""
+    releases = ["4.57.6", "5.0.0", "5.1.0", "5.2.0", "5.3.0", "5.4.0", "5.5.1", "5.5.4", "5.6.1", "5.11.0", "5.12.0", "5.23.0"]
+    outcome = {**dict.fromkeys(releases[:2], "ok"), **dict.fromkeys(releases[2:4], "error"), **dict.fromkeys(releases[4:], "missing_module")}
+    asked: list[str] = []
+
+    def oracle(release: str) -> str:
+        asked.append(release)
+        return outcome[release]
+
+    result = bisect(releases, oracle, expect_old="ok", expect_new="not ok")
+    assert result.kinds == [("5.1.0", "error"), ("5.3.0", "missing_module")]
+    assert len(asked) == len(set(asked)) <= 7 and not set(asked) & {"5.5.1", "5.5.4", "5.6.1", "5.11.0", "5.12.0"}, asked
+
+
+@given(st.lists(st.sampled_from(["error", "missing_module", "nan_loss", "crash"]), min_size=1, max_size=6), st.integers(min_value=1, max_value=19))
+def test_any_sequence_of_failures_after_the_boundary_still_names_it(kinds: list[str], boundary: int) -> None:
+    tail = len(RELEASES) - boundary
+
+    def oracle(release: str) -> str:
+        i = RELEASES.index(release)
+        return "ok" if i < boundary else kinds[min((i - boundary) * len(kinds) // tail, len(kinds) - 1)]
 
     result = bisect(RELEASES, oracle)
-    assert result.status == FLIPS and "changes more than once" in result.message
+    assert result.status == FOUND and result.first == RELEASES[boundary]
+    assert result.kinds[0] == (RELEASES[boundary], kinds[0]) and len(result.kinds) <= MAX_KIND_CHANGES + 1
+    for (release, outcome), (later, other) in zip(result.kinds, result.kinds[1:], strict=False):
+        assert outcome != other and RELEASES.index(later) > RELEASES.index(release)
+        assert oracle(RELEASES[RELEASES.index(later) - 1]) == outcome, "each change is named at its first release"
 
 
 def test_a_fix_or_a_break_both_directions() -> None:
@@ -71,10 +106,3 @@ def test_releases_between_orders_and_drops_prereleases() -> None:
     available = ["5.0.0", "4.57.6", "5.1.0rc1", "4.57.5", "5.1.0", "5.0.0.dev0", "junk", "5.2.0", "4.10.0"]
     assert releases_between(available, "5.1.0", "4.57.6") == ["4.57.6", "5.0.0", "5.1.0"]
     assert releases_between(available, "4.57.6", "5.1.0", pre=True) == ["4.57.6", "5.0.0.dev0", "5.0.0", "5.1.0rc1", "5.1.0"]
-
-
-def test_pip_index_versions_output() -> None:
-    text = "WARNING: pip index is currently an experimental command.\ntransformers (5.23.0)\nAvailable versions: 5.23.0, 5.22.2, 4.57.6\n  INSTALLED: 4.57.6\n"
-    assert parse_pip_index_versions(text) == ["5.23.0", "5.22.2", "4.57.6"]
-    with pytest.raises(ValueError):
-        parse_pip_index_versions("ERROR: No matching distribution found for nosuchpackage")

@@ -64,19 +64,19 @@ def test_every_copy_of_a_shared_flag_is_the_shared_option() -> None:
 
 def test_timeout_help_is_identical_across_commands() -> None:
     helps = {name: p._option_string_actions["--timeout"].help for name, p in commands().items() if "--timeout" in p._option_string_actions}
-    assert set(helps) == {"run", "submit", "probe", "bisect", "doctor", "preflight"}
+    assert set(helps) == {"run", "submit", "probe", "bisect", "doctor", "preflight", "watch"}
     assert len(set(helps.values())) == 1, helps
 
 
 def test_format_where_output_is_machine_readable() -> None:
-    assert with_flag("--format") == ["catalog", "classify", "doctor", "plan", "preflight", "probe"]
+    assert with_flag("--format") == ["catalog", "classify", "doctor", "plan", "preflight", "probe", "watch"]
     assert with_flag("--json") == ["classify", "probe"]
 
 
 # ---- checks ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["run", "submit", "probe", "bisect", "doctor"])
+@pytest.mark.parametrize("command", ["run", "submit", "probe", "bisect", "doctor", "watch"])
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
 def test_timeout_must_be_positive_and_finite(command: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
     err = usage_error([command, *REQUIRED.get(command, []), f"--timeout={value}"], capsys)
@@ -136,7 +136,7 @@ def test_catalog_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_classify_json_and_its_alias(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "train.log"
-    log.write_text("{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0}\n")
+    log.write_text("{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0}\n" * 2)
     outputs = []
     for flag in (["--format", "json"], ["--json"]):
         assert main(["classify", str(log), *flag]) == 0

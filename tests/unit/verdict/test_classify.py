@@ -47,7 +47,10 @@ def test_real_log_index() -> None:
     cases = real_cases()
     assert len(cases) >= 28 + 30
     assert {name for name, _ in cases} == {p.name for p in REAL_LOGS.glob("*.log")}
-    assert all(name.split("__")[0] == expected and expected in OUTCOME_NAMES for name, expected in cases)
+    with (REAL_LOGS / "INDEX.tsv").open() as fh:
+        notes = {row["file"]: row["notes"] for row in csv.DictReader(fh, delimiter="\t")}
+    # a file keeps the name it was shared under; a later rule that judges it otherwise says so in its notes
+    assert all((name.split("__")[0] == expected or notes[name].startswith("reclassified")) and expected in OUTCOME_NAMES for name, expected in cases)
     with (REAL_LOGS / "INDEX.tsv").open() as fh:
         assert all(row["source"].strip() for row in csv.DictReader(fh, delimiter="\t"))
     if not (SHARED_LOGS / "INDEX.tsv").exists():
@@ -82,7 +85,8 @@ def test_every_outcome_but_those_decided_outside_the_rules_has_a_rule() -> None:
         ("{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-06}", "nan_loss"),
         ("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0", "nan_loss"),
         ("ids [tensor([" + ", ".join(["151644"] * 40) + "])]", "garbled_output"),
-        ("{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0}", "zero_grad"),
+        ("{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0}\n" * 2, "zero_grad"),
+        ("{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0}", "inconclusive"),  # one step proves nothing
         ("[E ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)", "nccl_error"),
         ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCL.cpp:1, unhandled cuda error", "nccl_error"),
         ("  exitcode  : -11 (pid: 12)\n  traceback : Signal 11 (SIGSEGV) received by PID 12", "crash"),
@@ -183,7 +187,7 @@ def test_zero_loss_with_gradient_is_healthy() -> None:
 
 
 def test_garbled_beats_the_zero_grad_it_causes() -> None:
-    text = "completion ids: " + ", ".join(["33"] * 30) + "\n{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0}\n"
+    text = "completion ids: " + ", ".join(["33"] * 30) + "\n{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0}\n" * 2
     v = classify(RunFacts(scan=scan_text(text)))
     assert v.outcome == "garbled_output" and "zero_grad" in v.also
 
@@ -214,9 +218,9 @@ def test_ansi_colour_codes() -> None:
 
 
 def test_carriage_return_progress_bars() -> None:
-    text = "  0%|   | 0/10\r 10%|#  | 1/10\r 20%|## | 2/10 {'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0}\r 30%|###| 3/10\n"
+    text = "  0%|   | 0/10\r 10%|#  | 1/10\r 20%|## | 2/10 {'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0}\r 30%|###| 3/10 {'grad_norm': 0.0}\n"
     v = classify(RunFacts(scan=scan_text(text)))
-    assert v.outcome == "zero_grad" and v.evidence.startswith("line 1: 20%")
+    assert v.outcome == "zero_grad" and "(line 1: 20%" in v.evidence
 
 
 def test_rank_prefixes_and_interleaving() -> None:
@@ -276,11 +280,11 @@ def run_cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProce
 
 def test_classify_command_json_and_stdin(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
-    log.write_text("{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0}\n")
+    log.write_text("{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0}\n" * 2)
     out = run_cli("classify", str(log), "--json")
     assert out.returncode == 0
     data = json.loads(out.stdout)
-    assert data["class"] == "zero_grad" and data["evidence"].startswith("line 1:") and "temperature" in data["remedy"]
+    assert data["class"] == "zero_grad" and "(line 1:" in data["evidence"] and "temperature" in data["remedy"]
     piped = run_cli("classify", "-", "--exit-code", "-8", stdin=b"anything\n")
     assert piped.returncode == 0 and b"class:    sigfpe" in piped.stdout
 

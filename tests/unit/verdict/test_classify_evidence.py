@@ -123,7 +123,7 @@ def test_zero_grad_from_near_greedy_sampling_names_the_settings() -> None:
 
 
 def test_zero_grad_after_garbled_output_points_at_attention() -> None:
-    text = "completion ids: " + ", ".join(["33"] * 30) + "\n{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0}\n"
+    text = "completion ids: " + ", ".join(["33"] * 30) + "\n{'loss': 0.0, 'grad_norm': 0.0, 'reward_std': 0.0}\n" * 2
     v = verdict(text)
     assert v.outcome == "garbled_output" and "zero_grad" in v.also  # the root cause wins, and the remedy says why
     assert v.remedy.startswith("the zero gradients follow from the garbled completions") and "sdpa" in v.remedy

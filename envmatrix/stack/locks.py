@@ -1,0 +1,149 @@
+"""Lock files read into a stack: PEP 751's pylock.toml (as `envmatrix lock`, uv and pip write it) and uv's
+uv.lock. Both are TOML, parsed by the standard library's tomllib (tomli before Python 3.11); what each
+format's tables mean is read from its specification (PEP 751; uv's documented lock file layout).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+from ..errors import InputError, printable
+from .base import MAX_LOCK_BYTES, Stack, read_bounded
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: The Python minors a lock's requires-python is matched against, oldest first.
+PYTHONS = tuple(f"3.{minor}" for minor in range(8, 20))
+
+
+def load_toml(path: Path, what: str) -> tuple[dict[str, Any], str]:
+    """A TOML file within the lock bound, and its text (for line numbers); InputError naming the line otherwise."""
+    text = read_bounded(path, MAX_LOCK_BYTES, what)
+    try:
+        return tomllib.loads(text), text
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None) or _line_in_message(str(exc))
+        raise InputError(f"{path}{f':{line}' if line else ''}: not valid TOML: {printable(str(exc))[:200]}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to read as TOML") from None
+    except ValueError as exc:  # an integer beyond Python's digit limit for text conversion
+        raise InputError(f"{path}: a value TOML cannot hold here: {printable(str(exc))[:120]}") from None
+
+
+def _line_in_message(message: str) -> int | None:
+    found = re.search(r"at line (\d+)", message)
+    return int(found.group(1)) if found else None
+
+
+def table_line(text: str, header: str, index: int) -> int | None:
+    """The line of the `index`-th `[[header]]` table: where a problem in it is shown."""
+    seen = -1
+    pattern = re.compile(rf"^\s*\[\[\s*{re.escape(header)}\s*\]\]")
+    for number, line in enumerate(text.splitlines(), 1):
+        if pattern.match(line):
+            seen += 1
+            if seen == index:
+                return number
+    return None
+
+
+def lowest_python(spec: str, where: str) -> str:
+    """The oldest Python 3 minor a requires-python admits: the Python the stack is vetted on."""
+    try:
+        allowed = SpecifierSet(spec)
+    except InvalidSpecifier:
+        raise InputError(f"{where}: requires-python {printable(spec)[:80]!r} is not a version specifier") from None
+    for minor in PYTHONS:
+        if allowed.contains(f"{minor}.0", prereleases=True) or allowed.contains(f"{minor}.99", prereleases=True):
+            return minor
+    raise InputError(f"{where}: requires-python {spec!r} admits no Python 3 release from {PYTHONS[0]} to {PYTHONS[-1]}")
+
+
+def _packages(path: Path, text: str, data: dict[str, Any], key: str) -> list[tuple[str, dict[str, Any]]]:
+    """`[[key]]` tables with their location, each a table with a string name (InputError naming the line)."""
+    entries = data.get(key, [])
+    if not isinstance(entries, list):
+        raise InputError(f"{path}: `{key}` must be an array of tables ([[{key}]])")
+    out = []
+    for i, entry in enumerate(entries):
+        where = f"{path}:{table_line(text, key, i) or '?'}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise InputError(f"{where}: [[{key}]] #{i + 1} has no name")
+        if "version" in entry and not isinstance(entry["version"], str):
+            raise InputError(f"{where}: {printable(entry['name'])}: version must be a string")
+        out.append((where, entry))
+    return out
+
+
+def read_pylock(path: Path) -> Stack:
+    """PEP 751: `lock-version` 1.x, `requires-python`, and a `[[packages]]` table per package (a package
+    without a version, a directory or VCS source, is the team's own code, not an axis)."""
+    data, text = load_toml(path, "pylock.toml")
+    version = data.get("lock-version")
+    if not isinstance(version, str) or not re.fullmatch(r"1(\.\d+)?", version):
+        raise InputError(f"{path}:{_key_line(text, 'lock-version')}: lock-version {printable(str(version))[:20]!r}: this reader knows PEP 751 lock-version 1.x")
+    stack = Stack(source=str(path))
+    stack.python = _python(path, text, data)
+    for where, entry in _packages(path, text, data, "packages"):
+        if "version" not in entry:
+            stack.notes.append(f"{where}: {entry['name']} has no version (a directory or VCS source): not an axis")
+            continue
+        stack.add(entry["name"], _with_local(entry["version"], _wheel_names(entry.get("wheels"))), where)
+    return stack
+
+
+def read_uv_lock(path: Path) -> Stack:
+    """uv.lock: `requires-python` and a `[[package]]` table per package; the project itself (an editable or
+    virtual source) is left out; a package locked at several versions (forks by marker) keeps the first."""
+    data, text = load_toml(path, "uv.lock")
+    if not isinstance(data.get("version"), int):
+        raise InputError(f"{path}: no `version = 1` at the top: not a uv.lock")
+    stack = Stack(source=str(path))
+    stack.python = _python(path, text, data)
+    for where, entry in _packages(path, text, data, "package"):
+        source: dict[str, Any] = entry["source"] if isinstance(entry.get("source"), dict) else {}
+        if "version" not in entry or any(k in source for k in ("editable", "virtual", "directory")):
+            stack.notes.append(f"{where}: {entry['name']} is the project or a local folder: not an axis")
+            continue
+        key = canonicalize_name(entry["name"])
+        if key in stack.pins and stack.pins[key].version != entry["version"].split("+")[0]:
+            stack.notes.append(f"{where}: {key} is locked at several versions (forks by marker); kept {stack.pins[key].version}")
+            continue
+        stack.add(entry["name"], _with_local(entry["version"], [w.get("url", "") for w in entry.get("wheels", []) if isinstance(w, dict)]), where)
+    return stack
+
+
+def _python(path: Path, text: str, data: dict[str, Any]) -> tuple[str, str] | None:
+    """The Python a lock is for: the oldest minor its requires-python admits, and where that was read."""
+    spec = data.get("requires-python")
+    if not isinstance(spec, str):
+        return None
+    return lowest_python(spec, f"{path}:{_key_line(text, 'requires-python')}"), f"{path} requires-python {spec}"
+
+
+def _wheel_names(wheels: Any) -> list[str]:
+    return [str(w.get("name") or w.get("url") or "") for w in wheels] if isinstance(wheels, list) else []
+
+
+def _with_local(version: str, files: list[str]) -> str:
+    """The version with its local tag: as written, else from the files (`torch-2.13.0+cpu-…whl`; `%2B` in URLs)."""
+    if "+" in version:
+        return version
+    tags = {m.group(1) for f in files if (m := re.search(rf"-{re.escape(version)}(?:\+|%2B)([a-z0-9.]+)-", f))}
+    return f"{version}+{tags.pop()}" if len(tags) == 1 else version
+
+
+def _key_line(text: str, key: str) -> int | str:
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"\s*{re.escape(key)}\s*=", line):
+            return number
+    return "1"

@@ -1,0 +1,182 @@
+"""Evidence from a log read as structure: the exceptions the rules named, the library codes found, a package's own
+statement of the range it supports; quoted for a verdict, and shown as `facts` so a user sees why.
+
+Pure functions over a LogScan (logscan.py) and the rules' judgements (rules.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..facts import enginefailures, errorcodes
+from .logscan import LogScan
+from .rules import Judged
+from .tracebacks import Raised
+
+#: A package's statement of what it needs and what it found, in the forms packages print it: pip's resolver (`trl 0.19.1
+#: requires transformers>=4.46.0, but you have transformers 4.44.2`), transformers' dependency check (`huggingface-hub>=0.34.0,
+#: <1.0 is required for a normal functioning of this module, but found huggingface-hub==1.2.3`), a trainer's range (`supports
+#: vLLM versions from 0.22.0 to 0.31.0. You have 0.32.0`), and the plain `requires X>=N ... but ... N`.
+_RANGES = (
+    re.compile(
+        r"(?P<who>[\w.-]+) v?[\d.]+\w* requires (?P<pkg>[\w.-]+)(?P<spec>[<>=!~]=?[^,\s]+(?:,[<>=!~]=?[^,\s]+)*), "
+        r"but you have (?:[\w.-]+ )?(?P<found>v?\d[\w.+]*)"
+    ),
+    re.compile(
+        r"(?P<pkg>[\w.-]+)\s*(?P<spec>[<>=!~]=?\s*\d[\w.*]*(?:\s*,\s*[<>=!~]=?\s*\d[\w.*]*)*)\s+(?:is|are)\s+required\b"
+        r".{0,200}?\bbut\s+(?:found|got|you have)\s+(?:[\w.-]+\s*={1,2}\s*)?(?P<found>v?\d[\w.+]*)",
+        re.I,
+    ),
+    re.compile(
+        r"(?:(?P<who>[\w.-]+)\s+(?:currently\s+)?(?:only\s+)?)?supports?\s+(?P<pkg>[\w.-]+)\s+versions?\s+(?:from\s+)?(?P<lo>v?\d[\w.]*)\s+(?:to|through|-)\s+(?P<hi>v?\d[\w.]*)"
+        r".{0,120}?(?:you have|found|installed)\s+(?:version\s+)?(?P<found>v?\d[\w.+]*)",
+        re.I,
+    ),
+    re.compile(
+        r"(?:(?P<who>[\w.-]+)\s+(?:currently\s+)?(?:only\s+)?)?supports?\s+(?P<pkg>[\w.-]+)\s+versions?:?\s+(?P<list>v?\d[\w.]*(?:,\s*v?\d[\w.]*)+)"
+        r".{0,80}?(?:you have|found|installed)\s+(?:version\s+)?(?P<found>v?\d[\w.+]*)",
+        re.I,
+    ),
+    re.compile(
+        r"requires?\s+(?P<pkg>[A-Za-z][\w.-]*)\s*(?P<spec>[<>=!~]=?\s*\d[\w.*]*(?:\s*,\s*[<>=!~]=?\s*\d[\w.*]*)*)"
+        r".{0,160}?\b(?:but|you have|found|installed)\b.{0,60}?(?P<found>\d+\.\d[\w.+]*)",
+        re.I,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Range:
+    """What a package says another must be (`spec`, or `lo`…`hi`) and what is installed (`found`), and who said it."""
+
+    package: str
+    needed: str
+    found: str
+    said_by: str
+    line: str
+
+    def text(self) -> str:
+        who = f"{self.said_by} says " if self.said_by else ""
+        return f"{who}{self.package} {self.needed} is needed, {self.found} is installed"
+
+
+def read_range(text: str) -> Range | None:
+    """The first range statement in a text, None when it holds none."""
+    for pattern in _RANGES:
+        if m := pattern.search(text):
+            groups = m.groupdict()
+            if groups.get("spec"):
+                needed = groups["spec"].replace(" ", "")
+            elif groups.get("lo"):
+                needed = f"{groups['lo'].rstrip('.')} to {groups['hi'].rstrip('.')}"
+            else:
+                needed = "one of " + groups["list"].rstrip(".")
+            return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])
+    return None
+
+
+def ranges(scan: LogScan) -> list[Range]:
+    """Range statements the log makes: on their own line (a warning) or in an exception's message."""
+    out: list[Range] = []
+    hit = scan.hits.get("evidence:range")
+    texts = ([hit.line] if hit else []) + [j.raised.value for j in scan.judged if j.outcome == "api_mismatch"]
+    for text in texts:
+        found = read_range(text)
+        if found is not None and found not in out:
+            out.append(found)
+    return out
+
+
+def _where(raised: Raised) -> str:
+    """`raised in deepspeed (deepspeed.runtime.engine.no_sync), called from transformers`."""
+    frame = next((f for f in reversed(raised.frames) if f.package not in ("python",)), None)
+    if frame is None:
+        return ""
+    place = f"raised in {raised.package or 'your code'} ({frame.where()})"
+    caller = raised.caller
+    return place + (f", called from {'your code' if caller == 'user' else caller}" if caller else "")
+
+
+def quote(judged: Judged) -> str:
+    """`line 12: RuntimeError: … (raised in vllm (vllm.engine.step), called from trl; rule api_mismatch:attribute)`."""
+    raised = judged.raised
+    where = _where(raised)
+    codes = ", ".join(c.describe() for c in errorcodes.find(raised.value))
+    detail = "; ".join(x for x in (where, codes) if x)
+    return f"line {raised.line_no}: {raised.line}" + (f" ({detail})" if detail else "")
+
+
+def strong(scan: LogScan, outcome: str) -> Judged | None:
+    """The first exception a specific rule named this outcome (teardown noise and fallbacks left out)."""
+    return next((j for j in scan.judged if j.outcome == outcome and not j.fallback), None)
+
+
+def code_of(scan: LogScan, outcome: str) -> tuple[errorcodes.Code, str] | None:
+    """The first library code found in the log that means this outcome, with the line that printed it."""
+    return next(((code, hit.quote()) for code, hit in scan.codes if code.outcome == outcome), None)
+
+
+def structural(scan: LogScan, outcome: str) -> str | None:
+    """Evidence of an outcome from structure: an exception a rule named so, else a library code that means it."""
+    judged = strong(scan, outcome)
+    if judged is not None:
+        return quote(judged)
+    found = code_of(scan, outcome)
+    if found is not None:
+        code, line = found
+        return f"{line} ({code.describe()})"
+    return None
+
+
+def fallback(scan: LogScan) -> Judged | None:
+    """An exception only a fallback rule named (a new failure in an engine's frames), for when nothing else explains the run."""
+    return next((j for j in reversed(scan.judged) if j.fallback and j.outcome != "error"), None)
+
+
+def last_exception(scan: LogScan) -> Judged | None:
+    """The last exception that is not teardown noise: usually the one that ended the run (a traceback cut before its
+    exception line only where there is no other)."""
+    kept = [j for j in scan.judged if not j.raised.ignored]
+    return next((j for j in reversed(kept) if not j.raised.truncated), kept[-1] if kept else None)
+
+
+def engine_layer(judged: Judged) -> enginefailures.Layer | None:
+    """The engine layer an exception came from: its raising frame's module, else the engine its message names."""
+    raised = judged.raised
+    module = next((f.module for f in reversed(raised.frames) if f.package == raised.package), "")
+    return enginefailures.layer_of(module) if module else enginefailures.layer_named(raised.value)
+
+
+def facts(scan: LogScan) -> dict[str, Any]:
+    """What the verdict stood on, for `classify --format json`: each exception (type, message, raising and calling package,
+    raising frame, the rule that named it), the library codes, the range statements."""
+    exceptions = []
+    for judged in scan.judged[-8:]:
+        raised = judged.raised
+        frame = raised.raising
+        exceptions.append(
+            {
+                "line": raised.line_no,
+                "type": raised.type + (f"({raised.inner})" if raised.inner else ""),
+                "message": raised.value.split("\n", 1)[0][:300],
+                "raising_package": raised.package or ("your code" if raised.frames else None),
+                "caller_package": ("your code" if raised.caller == "user" else raised.caller) or None,
+                "raising_frame": frame.where() if frame else None,
+                "frames": len(raised.frames),
+                "stream": raised.stream or None,
+                "ignored": raised.ignored,
+                "class": judged.outcome,
+                "rule": judged.variant,
+            }
+        )
+    return {
+        "exceptions": exceptions,
+        "codes": [
+            {"family": errorcodes.FAMILIES[c.family], "number": c.number, "name": c.name, "message": c.messages[0] if c.messages else None}
+            | {"class": c.outcome, "line": hit.line_no}
+            for c, hit in scan.codes
+        ],
+        "ranges": [r.text() for r in ranges(scan)],
+    }

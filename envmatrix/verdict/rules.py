@@ -1,0 +1,262 @@
+"""The verdict's rules over exceptions, read from `rules.txt`: one rule a line, applied in order, the first whose matchers
+all hold names the exception's outcome (as Sentry's stack-trace and fingerprint rules judge an event by its frames and
+exception, not by its wording).
+
+A rule is `OUTCOME:VARIANT  MATCHER…`; a matcher is `KEY:VALUE`, `!KEY:VALUE` negates it. VALUE is a comma list of globs (`*` any text,
+`?` one character; case-insensitive for messages), a `/regex/` (searched in the text), or for the package keys a comma
+list of distribution names (`''` for the user's own code). `{name}` in a value is replaced by a vocabulary generated from the fact tables
+(`VOCABULARY`). Keys:
+
+- `error.type`   the exception type, or the type it wraps, dotted or by its last part (`torch.OutOfMemoryError`)
+- `error.value`  the message, with the lines it goes on over
+- `error.package`  the distribution of the frame that raised (`''` for the user's own code)
+- `error.module`   that frame's module (`deepspeed.runtime.zero.*`)
+- `error.caller`   the distribution that called into the raising one (`user` for the user's code)
+- `error.code`     the outcome of a library error code the message names (CUDA, NCCL, cuBLAS: facts/errorcodes.py)
+- `error.ignored`  `yes` for an exception printed while Python tore down (`Exception ignored in`)
+- `error.stack`    `none` (no frames printed), `user` (frames of the user's code and Python's only), `package`
+- `frame.package`, `frame.module`, `frame.function`, `frame.path`: any frame
+
+The outcome `@code` means "the outcome of the code the message names"; an outcome written `name?` is a fallback, used only
+when nothing more specific explains the run. Rules are parsed once; a rule that names an
+unknown outcome, key or vocabulary is an error at import, caught by the tests.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from ..facts import catalog, enginefailures, errorcodes
+from ..records.outcomes import OUTCOME_NAMES
+from .tracebacks import Raised
+
+RULES_FILE = Path(__file__).with_name("rules.txt")
+CODE = "@code"
+
+
+def _arch_words() -> str:
+    """GPU names, architecture families and `sm_NN` forms: what a message names when it speaks of the GPU's kind."""
+    names = sorted({g.name for g in catalog.GPUS.values() if g.compute_capability} | set(catalog.ARCHITECTURES), key=len, reverse=True)
+    return r"(?:compute capability|capability|sm_?\d{2,3}a?\b|\barch(?:itecture)?s?\b|" + "|".join(rf"\b{re.escape(n)}\b" for n in names) + ")"
+
+
+def _gpu_refused() -> str:
+    """A GPU's kind named with a refusal or a requirement, in either order (`Bfloat16 is only supported on GPUs with
+    compute capability of at least 8.0`, `type fp8e4nv not supported in this architecture`, `FlashAttention only supports
+    Ampere GPUs or newer`, `requires device with capability > (8, 0) … (too old)`)."""
+    kind = _arch_words()
+    refusal = (
+        r"(?:not supported|unsupported|not compatible|incompatible|too old|only supports?|only supported|requires?|required|needs?"
+        r"|at least|or newer|or above|or higher|>=?\s*\(?\d)"
+    )
+    return rf"{kind}[^\n]{{0,120}}{refusal}|{refusal}[^\n]{{0,80}}{kind}"
+
+
+def _engine_modules() -> str:
+    mods = [m for layer in enginefailures.LAYERS for m in layer.modules]
+    return "/^(?:" + "|".join(re.escape(m) for m in mods) + r")(?:\.|$)/"
+
+
+def _engine_names() -> str:
+    words = [w for layer in enginefailures.LAYERS for w in layer.words]
+    return r"(?-i:\b(?:" + "|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True)) + r")\b)"  # names keep their case
+
+
+#: Words a rule may use as `{name}`: the failure's vocabulary in the words of many layers (written once here), and the
+#: names generated from the fact tables (GPUs and architectures, engine layers) so that the vocabulary grows with them.
+#: RE2-compatible (no look-around, no back-references): the log scanner compiles some into its single pass.
+VOCABULARY: dict[str, Callable[[], str]] = {
+    "gpu_kind": _arch_words,
+    "gpu_refused": _gpu_refused,
+    "engine_modules": _engine_modules,
+    "engine_names": _engine_names,
+    "memory_short": lambda: (
+        r"out of memory|\bOOM\b|not enough (?:\w+ )?memory|insufficient (?:\w+ )?memory|no (?:available|free) memory|ran out of memory"
+        r"|memory (?:is )?exhausted|running low on memory|low on memory|cannot allocate memory|failed to allocate (?:\w+ )?memory"
+        r"|memory allocation (?:of [\d,]+ bytes )?failed|(?:kv cache|cache blocks)[^\n]{0,80}(?:too small|not enough|insufficient|exceed|larger than)"
+        r"|(?:larger|more) than[^\n]{0,80}(?:kv cache|cache blocks|available memory)"
+    ),
+    "driver_old": lambda: (
+        r"driver[^\n]{0,80}(?:too old|is insufficient|older than|not supported|mismatch|requires? (?:a )?newer|update (?:your|the))"
+        r"|(?:unsupported|newer) (?:ptx )?toolchain|requires? a newer (?:cuda |nvidia )?driver"
+    ),
+    "range_statement": lambda: (
+        r"(?:supports?|compatible with|requires?|required|needs?)[^\n]{0,120}?(?:[<>=!~]=?\s*\d[\w.]*|from \d[\w.]* to \d[\w.]*)"
+        r"[^\n]{0,160}?(?:\bbut\b|you have|found|got|installed|current)[^\n]{0,60}?\d[\w.]*"
+        r"|[\w.-]+\s*[<>=!~]=\s*\d[\w.,<>=*]*\s+(?:is|are) required[^\n]{0,160}?\bbut (?:found|got|you have)"
+    ),
+    "not_installed": lambda: (
+        r"(?:is|are) not installed|not installed\b|(?:is|are) not available|could not be (?:found|imported)|not found in your envir"
+        r"|no module named|please install|\bpip3? install|conda install|requires the \S+ (?:library|package)"
+        r"|seems to be not installed|missing (?:dependenc|package|module)|install (?:it|them) (?:with|via|using)"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Matcher:
+    key: str
+    test: Callable[[str], bool]
+    negate: bool
+    text: str
+
+    def holds(self, raised: Raised) -> bool:
+        return self._any(raised) != self.negate
+
+    def _any(self, raised: Raised) -> bool:
+        return any(self.test(value) for value in _values(self.key, raised))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One line of rules.txt: the outcome it names, its variant (the rule's name in evidence), its matchers."""
+
+    outcome: str
+    variant: str
+    matchers: tuple[Matcher, ...]
+    line_no: int
+    fallback: bool = False  # names the exception only when nothing more specific explains the run
+
+    def matches(self, raised: Raised) -> bool:
+        return all(m.holds(raised) for m in self.matchers)
+
+    @property
+    def name(self) -> str:
+        return f"{self.outcome}:{self.variant}"
+
+
+def _frames(raised: Raised, attr: str) -> list[str]:
+    return [str(getattr(f, attr)) for f in raised.frames]
+
+
+def _values(key: str, raised: Raised) -> list[str]:
+    match key:
+        case "error.type":
+            return list(raised.types)
+        case "error.value":
+            return [raised.value]
+        case "error.package":
+            return [raised.package]
+        case "error.module":
+            return [f.module for f in reversed(raised.frames) if f.package == raised.package][:1] or [""]
+        case "error.caller":
+            return [raised.caller]
+        case "error.code":  # the message's own line: a code on the lines after it may belong to another message
+            codes = errorcodes.find(raised.value.split("\n", 1)[0])
+            return [c.outcome for c in codes] + [c.name for c in codes]
+        case "error.ignored":
+            return ["yes" if raised.ignored else "no"]
+        case "error.stack":
+            return ["none" if not raised.frames else "package" if any(f.package not in ("", "python") for f in raised.frames) else "user"]
+        case "frame.package":
+            return _frames(raised, "package")
+        case "frame.module":
+            return _frames(raised, "module")
+        case "frame.function":
+            return _frames(raised, "function")
+        case "frame.path":
+            return _frames(raised, "path")
+    raise AssertionError(key)  # keys are checked when the rules are parsed
+
+
+KEYS = (
+    "error.type", "error.value", "error.package", "error.module", "error.caller", "error.code", "error.ignored", "error.stack",
+    "frame.package", "frame.module", "frame.function", "frame.path",
+)  # fmt: skip
+_CASELESS = ("error.value", "frame.path")
+_PACKAGES = ("error.package", "error.caller", "frame.package")
+
+
+def _test(key: str, value: str) -> Callable[[str], bool]:
+    value = re.sub(r"\{(\w+)\}", lambda m: VOCABULARY[m.group(1)](), value)
+    if len(value) >= 2 and value.startswith("/") and value.endswith("/"):
+        pattern = re.compile(value[1:-1], re.I if key in _CASELESS else 0)
+        return lambda text: pattern.search(text) is not None
+    if key in _PACKAGES:
+        names = {"" if n.strip() == "''" else n.strip() for n in value.split(",")}
+        return lambda text: text in names
+    globs = [g.lower() if key in _CASELESS else g for g in value.split(",")]
+    if key in _CASELESS:
+        return lambda text: any(fnmatch.fnmatchcase(text.lower(), g) for g in globs)
+    return lambda text: any(fnmatch.fnmatchcase(text, g) for g in globs)
+
+
+_TOKEN = re.compile(r'(!?)([\w.]+):("(?:[^"\\]|\\.)*"|/(?:[^/\\]|\\.)*/|\S+)')
+
+
+def parse(text: str, source: str = "rules.txt") -> tuple[Rule, ...]:
+    """The rules of a rules file; ValueError naming the line for anything it cannot read."""
+    rules = []
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        if not line:
+            continue
+        head, _, rest = line.partition(" ")
+        outcome, _, variant = head.partition(":")
+        fallback = outcome.endswith("?")
+        outcome = outcome.removesuffix("?")
+        if outcome != CODE and outcome not in OUTCOME_NAMES:
+            raise ValueError(f"{source}:{no}: unknown outcome {outcome!r}")
+        matchers = []
+        pos = 0
+        rest = rest.strip()
+        while pos < len(rest):
+            m = _TOKEN.match(rest, pos)
+            if m is None:
+                raise ValueError(f"{source}:{no}: cannot read matcher at {rest[pos:]!r}")
+            negate, key, value = m.group(1) == "!", m.group(2), m.group(3)
+            if key not in KEYS:
+                raise ValueError(f"{source}:{no}: unknown key {key!r}; keys: {', '.join(KEYS)}")
+            if value.startswith('"'):
+                value = value[1:-1].replace('\\"', '"')
+            try:
+                matchers.append(Matcher(key, _test(key, value), negate, m.group(0)))
+            except (re.error, KeyError) as exc:
+                raise ValueError(f"{source}:{no}: {m.group(0)}: {exc}") from None
+            pos = m.end()
+            while pos < len(rest) and rest[pos] == " ":
+                pos += 1
+        if not matchers:
+            raise ValueError(f"{source}:{no}: a rule needs at least one matcher")
+        rules.append(Rule(outcome, variant or "rule", tuple(matchers), no, fallback))
+    return tuple(rules)
+
+
+@cache
+def rules() -> tuple[Rule, ...]:
+    return parse(RULES_FILE.read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class Judged:
+    """An exception with the rule that named it (None: no rule did, so it is a plain `error`)."""
+
+    raised: Raised
+    outcome: str
+    rule: Rule | None
+
+    @property
+    def variant(self) -> str:
+        return self.rule.name if self.rule else "error:unmatched"
+
+    @property
+    def fallback(self) -> bool:
+        """Named by a fallback rule or by none: weaker evidence than any specific rule."""
+        return self.rule is None or self.rule.fallback or self.rule.variant == "teardown"
+
+
+def judge(raised: Raised) -> Judged:
+    """The first rule that matches names the outcome; `@code` takes the outcome of the code the message names."""
+    for rule in rules():
+        if rule.matches(raised):
+            if rule.outcome == CODE:
+                codes = errorcodes.find(raised.value)
+                outcome = next((c.outcome for c in codes if c.outcome != "error"), codes[0].outcome if codes else "error")
+                return Judged(raised, outcome, rule)
+            return Judged(raised, rule.outcome, rule)
+    return Judged(raised, "error", None)

@@ -1,0 +1,323 @@
+"""Exceptions rebuilt from a log: each raised exception with its type, its message and its frames, each frame with the
+installed distribution its file belongs to, so that rules can judge where a failure was raised and which package called
+into which, whatever the message says.
+
+Lines arrive cleaned (lines.py) with their stream; each stream (a rank, a worker) keeps its own traceback under
+construction, so ranks that print at the same time do not mix. The forms read: CPython's `Traceback (most recent call
+last):` with `File "…", line N, in f` frames, chained exceptions (`The above exception was the direct cause…`, `During
+handling…`), `Exception ignored in:` (teardown noise, marked), faulthandler's `Fatal Python error:` dumps (most recent
+call first), rich's boxed frames (`path.py:891 in f`), exception lines without a traceback, and wrapped types
+(`RayTaskError(OutOfMemoryError)`). A message goes on over the lines after its exception line until a blank line or the
+next structure (NCCL's `Last error:` detail, a compiler's diagnostics).
+
+Bounded: MAX_EXCEPTIONS exceptions (the first ones and the last ones: a failure is usually at the end of a log), MAX_FRAMES
+frames each, MAX_VALUE characters of message.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from ..facts.modules import distribution, stack_package
+from .lines import Logical
+
+MAX_EXCEPTIONS = 64
+MAX_FRAMES = 128
+MAX_VALUE = 2000
+MAX_VALUE_LINES = 16
+
+_FRAME = re.compile(r'File "(?P<path>[^"\n]{1,1000})", line (?P<line>\d+),? in (?P<func>\S{1,200})')
+_RICH = re.compile(r"(?P<path>(?:[A-Za-z]:)?[\w./\\~-]{1,1000}\.py):(?P<line>\d+)?(?:\s+in\s+(?P<func>[\w<>.]{1,200}))?$")
+_RICH_TAIL = re.compile(r"(?P<line>\d+) in (?P<func>[\w<>.]{1,200})$")
+#: An exception line: a dotted name, optionally wrapping another (`RayTaskError(OutOfMemoryError)`), then `: message`
+#: or nothing. Whether a name is an exception type is decided by `_is_exception`.
+_RAISED = re.compile(
+    r"(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Za-z_]\w{0,80})(?:\((?P<inner>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\))?"
+    r"(?::\s?(?P<value>.*)|\((?P<repr>[\"'].*[\"'])\)|\(\)|$)"
+)
+_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Failed", "Failure", "Fault", "Abort", "Timeout")
+_TRACEBACK = "Traceback (most recent call last)"
+_CAUSE = ("The above exception was the direct cause of the following exception", "During handling of the above exception, another exception occurred")
+_IGNORED = "Exception ignored in"
+#: An exception type glued to the end of another process's text (ranks printing into one console without line ends):
+#: `…param.ds_summary()AssertionError`, `…cuda()RuntimeError: message`.
+_GLUED = re.compile(r"(?<=[)\]'\"])(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{0,80}(?:Error|Exception))(?::\s?(?P<value>.*))?$")
+#: A frame's source line that raises: what a traceback cut before its exception line was about to print.
+_RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.*)$")
+_PROGRESS = re.compile(r"^\d{1,3}%\||\d(?:it/s|s/it)[\],]")
+#: A C++ exception that ended the process (`terminate called after throwing an instance of 'c10::DistBackendError'`), its
+#: message on the `what():` line after.
+_CXX = re.compile(r"terminate called after throwing an instance of '(?P<type>[\w:<>]{1,200})'")
+_WHAT = re.compile(r"^what\(\):\s*")
+_FATAL = re.compile(r"Fatal Python error: (?P<value>.{1,400})")
+_STDLIB = re.compile(r"[/\\]lib[/\\]python\d\.\d+[/\\](?!site-packages|dist-packages)|^<frozen |^<string>$")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame: the file, line and function as printed, and the distribution its file belongs to ('' for the user's own
+    code, 'python' for the standard library), with its module (`deepspeed.runtime.engine`)."""
+
+    path: str
+    line: int | None
+    function: str
+    package: str
+    module: str
+
+    def where(self) -> str:
+        place = self.module or self.path.rsplit("/", 1)[-1]
+        return f"{place}.{self.function}" if self.function and self.function != "<module>" else place
+
+
+@dataclass(frozen=True)
+class Raised:
+    """One exception as the log shows it: type (and the type it wraps), message, frames outermost first, where it was
+    printed, whether it was teardown noise (`Exception ignored in`), and the exception it was raised from (`cause`)."""
+
+    type: str
+    value: str
+    frames: tuple[Frame, ...] = ()
+    line_no: int = 0
+    line: str = ""
+    stream: str = ""
+    inner: str = ""
+    ignored: bool = False
+    fatal: bool = False
+    truncated: bool = False
+    cause: Raised | None = None
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The type and the one it wraps, each dotted and by its last part (`torch.OutOfMemoryError`, `OutOfMemoryError`)."""
+        names = [n for n in (self.type, self.inner) if n]
+        return tuple(dict.fromkeys([*names, *(n.rsplit(".", 1)[-1] for n in names)]))
+
+    @property
+    def raising(self) -> Frame | None:
+        """The innermost frame: where the exception was raised."""
+        return self.frames[-1] if self.frames else None
+
+    @property
+    def package(self) -> str:
+        """The distribution the raising frame belongs to ('' when it is the user's code or there are no frames). The
+        standard library's frames are looked through: an error raised in `multiprocessing` was raised by its caller."""
+        for frame in reversed(self.frames):
+            if frame.package != "python":
+                return frame.package
+        return ""
+
+    @property
+    def caller(self) -> str:
+        """The distribution that called into the raising one: walking out from the raising frame, the first frame of
+        another distribution ('user' for the user's own code); '' when no frame belongs to another."""
+        raising = self.package
+        for frame in reversed(self.frames):
+            if frame.package not in ("python", raising):
+                return frame.package or "user"
+        return ""
+
+    @property
+    def chain(self) -> tuple[Raised, ...]:
+        """This exception and those it was raised from, outermost first."""
+        out: list[Raised] = []
+        node: Raised | None = self
+        while node is not None and len(out) < 16:
+            out.append(node)
+            node = node.cause
+        return tuple(out)
+
+
+def frame_of(path: str, line: int | None, function: str) -> Frame:
+    """A frame with its distribution read from its path: the folder after `site-packages`/`dist-packages` names the
+    import package; a source checkout is recognised by a folder named as a package of the training stack; the
+    standard library is 'python'; anything else is the user's own code ('')."""
+    parts = [p for p in re.split(r"[/\\]+", path) if p]
+    module_parts: list[str] = []
+    package = ""
+    for i, part in enumerate(parts):
+        if part in ("site-packages", "dist-packages") and i + 1 < len(parts):
+            package, module_parts = parts[i + 1], parts[i + 1 :]
+    if not package:
+        if _STDLIB.search(path):
+            return Frame(path, line, function, "python", _module(parts[-1:]))
+        for i in range(len(parts) - 2, -1, -1):
+            if stack_package(parts[i]):
+                package, module_parts = parts[i], parts[i:]
+                break
+    if not package:
+        return Frame(path, line, function, "", "")
+    top = package.removesuffix(".py")
+    return Frame(path, line, function, distribution(top), _module(module_parts))
+
+
+def _module(parts: list[str]) -> str:
+    if not parts:
+        return ""
+    last = re.sub(r"\.py[cd]?$", "", parts[-1])
+    names = [*parts[:-1], last] if last != "__init__" else parts[:-1]
+    return ".".join(names)
+
+
+def _is_exception(name: str, inner: str | None, after_frames: bool) -> bool:
+    """A dotted name is an exception type when it closes a traceback (any capitalised `Name: message` right after frames)
+    or, on a line of its own, when its name says so (`…Error`, `…Exception`, `KeyboardInterrupt`, `SystemExit`, …).
+    Warnings are never exceptions."""
+    last = name.rsplit(".", 1)[-1]
+    if last.endswith("Warning") or not last[:1].isupper():
+        return False
+    return after_frames or last.endswith(_SUFFIXES) or (inner or "").endswith(_SUFFIXES) or last == "StopIteration"
+
+
+@dataclass
+class _Stream:
+    frames: list[Frame] = field(default_factory=list)
+    in_traceback: bool = False
+    after_frame: bool = False
+    pending_path: str | None = None
+    cause_next: bool = False
+    ignored_next: bool = False
+    fatal: str | None = None
+    last: Raised | None = None
+    value_lines: int = 0
+    frame_line: int = 0  # the log line of the last frame read
+    source: str = ""  # the source line printed under the last frame
+    logged: bool = False  # whether the last exception line came through a logger (its message's lines do too)
+
+
+class Reader:
+    """Feeds cleaned lines in order; collects the exceptions (bounded: the first and the last)."""
+
+    def __init__(self) -> None:
+        self.streams: dict[str, _Stream] = {}
+        self.head: list[Raised] = []
+        self.tail: list[Raised] = []
+        self.seen = 0
+
+    def feed(self, logical: Logical, line_no: int) -> bool:
+        """Read one line; True when it was part of a traceback or an exception (the scanner stops a region after a few
+        lines that are not)."""
+        st = self.streams.setdefault(logical.stream, _Stream())
+        text = logical.text
+        if _PROGRESS.search(text):
+            return False  # a progress bar drawn between a message's lines: not part of it, and it does not end it
+        if not text:
+            st.value_lines = 0
+            return False
+        if text.startswith(_TRACEBACK):
+            st.value_lines = 0
+            st.frames, st.in_traceback, st.after_frame, st.fatal = [], True, False, None
+            return True
+        if text.startswith(_CAUSE):
+            st.value_lines, st.cause_next = 0, True
+            return True
+        if text.startswith(_IGNORED):
+            st.value_lines, st.ignored_next = 0, True
+            return True
+        if cxx := _CXX.search(text):
+            self._emit(st, Raised(cxx.group("type").replace("::", "."), "", (), line_no, text, logical.stream))
+            st.value_lines, st.logged = 1, logical.logged
+            return True
+        if m := _FATAL.match(text):
+            st.value_lines = 0
+            st.fatal, st.frames, st.in_traceback = m.group("value").strip(), [], True
+            self._emit(st, Raised("Fatal Python error", st.fatal, (), line_no, text, logical.stream, fatal=True))
+            return True
+        if text.startswith("File") and (m := _FRAME.match(text)):
+            st.value_lines, st.frame_line = 0, line_no
+            self._frame(st, frame_of(m.group("path"), int(m.group("line")), m.group("func")))
+            return True
+        if ".py:" in text and (rich := _RICH.search(text)) and ("/" in rich.group("path") or "\\" in rich.group("path")):
+            if rich.group("func"):
+                self._frame(st, frame_of(rich.group("path"), int(rich.group("line") or 0) or None, rich.group("func")))
+            else:
+                st.pending_path = rich.group("path")
+            return True
+        if st.pending_path and (m := _RICH_TAIL.match(text)):
+            self._frame(st, frame_of(st.pending_path, int(m.group("line")), m.group("func")))
+            st.pending_path = None
+            return True
+        m = _RAISED.fullmatch(text)
+        if m and _is_exception(m.group("type"), m.group("inner"), st.in_traceback and bool(st.frames)):
+            self._raise(st, m, text, line_no, logical.stream, logical.logged)
+            return True
+        if st.after_frame:
+            st.after_frame, st.source = False, text  # the source line printed under a frame
+            return True
+        if glued := _GLUED.search(text):
+            self._raise(st, glued, glued.group(0), line_no, logical.stream, logical.logged)
+            return True
+        if text.startswith(("^", "~")) or set(text) <= set("^~ "):
+            return True  # the carets under a source line
+        if st.last is not None and 0 < st.value_lines < MAX_VALUE_LINES and logical.logged == st.logged:
+            st.value_lines += 1
+            last = st.last
+            text = _WHAT.sub("", text)
+            st.last = replace(last, value=(last.value + "\n" + text if last.value else text)[:MAX_VALUE])
+            self._replace(last, st.last)
+            return True
+        return False
+
+    def _frame(self, st: _Stream, frame: Frame) -> None:
+        if st.fatal is None and not st.in_traceback:
+            st.frames, st.in_traceback = [], True  # frames without a header (an excerpt that starts mid-traceback)
+        if len(st.frames) < MAX_FRAMES:
+            if st.fatal is not None:
+                st.frames.insert(0, frame)  # faulthandler prints the most recent call first
+                if st.last is not None and st.last.fatal:
+                    last = st.last
+                    st.last = replace(last, frames=tuple(st.frames))
+                    self._replace(last, st.last)
+            else:
+                st.frames.append(frame)
+        st.after_frame = st.fatal is None
+
+    def _raise(self, st: _Stream, m: re.Match[str], text: str, line_no: int, stream: str, logged: bool) -> None:
+        cause = st.last if st.cause_next else None
+        raised = Raised(
+            m.group("type"),
+            (m.group("value") or (m.groupdict().get("repr") or "")[1:-1]).strip()[:MAX_VALUE],
+            tuple(st.frames),
+            line_no,
+            text[:400],
+            stream,
+            m.groupdict().get("inner") or "",
+            ignored=st.ignored_next,
+            cause=cause,
+        )
+        st.frames, st.in_traceback, st.after_frame, st.cause_next, st.ignored_next = [], False, False, False, False
+        self._emit(st, raised)
+        st.value_lines, st.logged = 1, logged
+
+    def _emit(self, st: _Stream, raised: Raised) -> None:
+        st.last = raised
+        self.seen += 1
+        if len(self.head) < MAX_EXCEPTIONS // 2:
+            self.head.append(raised)
+        else:
+            self.tail.append(raised)
+            if len(self.tail) > MAX_EXCEPTIONS // 2:
+                self.tail.pop(0)
+
+    def _replace(self, old: Raised, new: Raised) -> None:
+        for bucket in (self.tail, self.head):
+            for i in range(len(bucket) - 1, -1, -1):
+                if bucket[i] is old:
+                    bucket[i] = new
+                    return
+
+    def raised(self) -> tuple[Raised, ...]:
+        """The exceptions read, in the order printed (the first and the last MAX_EXCEPTIONS // 2 when there were more).
+        A traceback cut before its exception line (an excerpt, a killed process) still says where it was: it is kept as an
+        exception of unknown type (`truncated`)."""
+        cut = [self._cut(name, st) for name, st in self.streams.items() if st.in_traceback and st.frames and st.fatal is None]
+        return (*self.head, *self.tail, *cut)
+
+    @staticmethod
+    def _cut(name: str, st: _Stream) -> Raised:
+        """A traceback whose exception line is missing; a `raise X("…")` under its last frame says what it raised."""
+        raised = _RAISE.match(st.source)
+        if raised is None:
+            return Raised("", "", tuple(st.frames), st.frame_line, "(a traceback cut before its exception line)", name, truncated=True)
+        value = raised.group("value").rstrip(")").strip().strip("\"'f")
+        return Raised(raised.group("type"), value, tuple(st.frames), st.frame_line, st.source, name, truncated=True)
