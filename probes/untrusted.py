@@ -54,16 +54,23 @@ TOKENIZER = Kind("a tokenizer vocabulary file", 64 * MIB, max_depth=64, hint="do
 TOKENIZER_SETTINGS = Kind("a tokenizer or processor settings file", 8 * MIB, hint="download the tokenizer files again")
 #: chat_template.jinja: released templates (tool calling included) are under 20 KiB.
 CHAT_TEMPLATE = Kind("a chat template", 256 * KIB, hint="a released chat template is a few KiB")
-#: requirements.txt, pylock.toml, uv.lock (for `init`): a large project's uv.lock is a few MiB.
-REQUIREMENTS = Kind("a requirements or lock file", 16 * MIB, hint="is this the right file?")
+#: A requirements file (for `init`): a training stack's is tens of KiB; `-r` includes nest a few levels (depth),
+#: and one environment pins at most some thousands of packages (values).
+REQUIREMENTS = Kind("a requirements file", 1 * MIB, max_depth=8, max_values=10_000, hint="is this the right file?")
+#: pylock.toml, uv.lock (`init`, and the locks `publish` signs): a large monorepo's uv.lock is a few MiB.
+LOCK = Kind("a lock file", 16 * MIB, max_values=10_000, hint="is this the right file?")
 #: A training log classified whole: the classifier reads about 50 MiB/s (bench/bench_classify.py), so this is
 #: some 20 s; a longer log's failure is at its end (tail -c 512M LOG | envmatrix classify -).
 LOG = Kind("a training log", 1 * GIB, hint="classify the end of it: tail -c 512M LOG | envmatrix classify -")
 #: One cell's record and the probe's result.json (a record carries a log tail and the result).
 RECORD = Kind("a record", 16 * MIB, max_depth=64)
 PROBE_RESULT = Kind("a probe result", 4 * MIB, max_depth=64)
-#: A published table's index.json (`report --results URL`): one entry per record of a large matrix.
-PUBLISHED_INDEX = Kind("a published index", 64 * MIB, max_depth=32)
+#: A published table's index.json (`report --results URL`): about 300 bytes an entry, 20,000 records at most.
+PUBLISHED_INDEX = Kind("a site index", 8 * MIB, max_values=20_000)
+#: One signed attestation (a DSSE envelope of one cell's statement: a few KiB).
+ATTESTATION = Kind("an attestation", 1 * MIB)
+#: A PEM key (`publish --sign-key`, `report --trust`): an ed25519 public key is about 113 bytes.
+PEM_KEY = Kind("a PEM key", 16 * KIB, hint="pass the key file")
 
 #: Tokens a tokenizer may hold: the largest released vocabularies hold about 262,000 (Gemma 3); a 2-million-token
 #: tokenizer alone costs transformers 5 s and 600 MiB to load, and a model 256 M parameters to embed it.

@@ -91,7 +91,7 @@ def test_every_kind_has_sane_bounds() -> None:
     kinds = [v for v in vars(untrusted).values() if isinstance(v, Kind)]
     assert len(kinds) >= 11
     for kind in kinds:
-        assert kind.max_bytes >= 256 * 1024 and 8 <= kind.max_depth <= 64 and 30 <= kind.max_digits < 4300, kind
+        assert kind.max_bytes >= 16 * 1024 and 8 <= kind.max_depth <= 64 and 30 <= kind.max_digits < 4300, kind
 
 
 def test_the_documented_bounds_are_the_codes() -> None:
