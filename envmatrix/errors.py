@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import unicodedata
+from probes.untrusted import printable as printable  # the one owner, shared with the probe
 
 
 class EnvmatrixError(Exception):
@@ -43,16 +43,3 @@ class OutputError(EnvmatrixError):
     """An output (a folder, a file, standard output) cannot be written: a path problem or a full disk."""
 
     exit_code = 2
-
-
-def printable(text: str, *, keep_newlines: bool = False) -> str:
-    """`text` with control and format characters escaped (`\\x1b`, `\\u202e`): a name from a matrix
-    file or a record is echoed to a terminal, and must not drive it (colours, cursor moves, a hidden
-    or reversed word)."""
-    out = []
-    for ch in text:
-        if (ch == "\n" and keep_newlines) or unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp"):
-            out.append(ch)
-        else:
-            out.append(ascii(ch)[1:-1])
-    return "".join(out)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import uuid
 from pathlib import Path
 from typing import Any
+
+from probes import untrusted
 
 from .errors import InputError, OutputError
 
@@ -52,31 +53,23 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _bounds(limit: int, kind: str) -> untrusted.Kind:
+    return untrusted.Kind(kind, limit, max_depth=64)
+
+
 def read_bytes_bounded(path: Path, limit: int, kind: str, error: type[InputError] = InputError) -> bytes:
-    """The bytes of an untrusted file: a regular file of at most `limit` bytes; otherwise `error` naming the
-    path and why (`kind` says what the file should be: "a record", "a probe result")."""
+    """The bytes of an untrusted file, read once: a regular file of at most `limit` bytes (probes/untrusted.py);
+    otherwise `error` naming the path and why (`kind` says what the file should be: "a record", "a probe result")."""
     try:
-        info = path.stat()
-    except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise error(f"{path}: not a regular file")
-    if info.st_size > limit:
-        raise error(f"{path}: {info.st_size} bytes, larger than {kind} can be ({limit})")
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(limit + 1)
-    except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror})") from None
-    if len(raw) > limit:  # it grew since stat
-        raise error(f"{path}: larger than {kind} can be ({limit})")
-    return raw
+        return untrusted.read_bytes(path, _bounds(limit, kind))
+    except untrusted.Refused as exc:
+        raise error(str(exc)) from None
 
 
 def read_json_bounded(path: Path, limit: int, kind: str, error: type[InputError] = InputError) -> Any:
-    """The JSON value in an untrusted file (`read_bytes_bounded`), or `error` when it is not JSON."""
-    raw = read_bytes_bounded(path, limit, kind, error)
+    """The JSON value in an untrusted file: `read_bytes_bounded`, then JSON nested and numbered within bounds
+    (probes/untrusted.py); otherwise `error` naming the path and why."""
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
-        raise error(f"{path}: not JSON (torn or not {kind})") from None
+        return untrusted.read_json(path, _bounds(limit, kind))
+    except untrusted.Refused as exc:
+        raise error(str(exc)) from None

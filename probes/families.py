@@ -8,15 +8,17 @@ weights. A family the installed transformers lacks is a clear error naming the r
 
 from __future__ import annotations
 
+import copy
+import pickle
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
 
-from probes import shrink
+from probes import chat, fullsize, modelfolder, shrink, untrusted
 from probes.record import ProbeInputError
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
@@ -172,6 +174,15 @@ class ModelUnavailable(FamilyUnavailable):
 
 
 @dataclass(frozen=True)
+class Tiny:
+    """A user's architecture made tiny: its shrunk transformers config, each change (key → full size, tiny), notes."""
+
+    config: Any
+    changes: dict[str, tuple[Any, Any]]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ModelSource:
     """Where the probe's model comes from: a built-in family, or a local checkpoint folder."""
 
@@ -183,6 +194,8 @@ class ModelSource:
     shrink: bool = False  # `path` holds config.json and tokenizer only: build a tiny random model of its class
     trust_remote_code: bool = False
     head_dim: int | None = None  # a built-in text family with fewer, wider heads (vLLM's CPU attention needs head_dim >= 32)
+    arch: fullsize.Arch | None = None  # `shrink`: the user's architecture, checked at full size
+    tiny: Tiny | None = None  # `shrink`: its shrunk config, once the tokenizer is known (`shrunk`)
 
     @property
     def label(self) -> str:
@@ -190,7 +203,8 @@ class ModelSource:
 
 
 def resolve(model: str, seed: int, *, shrunk: bool = False, trust_remote_code: bool = False) -> ModelSource:
-    """`--model` is a family name or a local folder (with `shrunk`: config.json and tokenizer, no weights); anything else is a clear error."""
+    """`--model` is a family name or a local folder (with `shrunk`: config.json and tokenizer, no weights, checked
+    at full size on the meta device); anything else is a clear error."""
     if model in FAMILIES and not shrunk:
         family = FAMILIES[model]
         if not hasattr(transformers, family.model_class):
@@ -202,11 +216,23 @@ def resolve(model: str, seed: int, *, shrunk: bool = False, trust_remote_code: b
     folder = Path(model)
     if shrunk:
         raw = _user_config(folder, trust_remote_code)
-        return ModelSource(family=None, path=model, seed=seed, vision=raw["model_type"] in VISION_MODEL_TYPES, shrink=True, trust_remote_code=trust_remote_code)
+        arch = fullsize.check(raw, folder, trusted=trust_remote_code)
+        vision = raw["model_type"] in VISION_MODEL_TYPES
+        return ModelSource(family=None, path=model, seed=seed, vision=vision, shrink=True, trust_remote_code=trust_remote_code, arch=arch)
     if not (folder / "config.json").is_file():
         raise ProbeInputError(f"--model {model!r} is neither a built-in family ({', '.join(FAMILIES)}) nor a local checkpoint folder with a config.json")
-    config = transformers.AutoConfig.from_pretrained(model)
-    return ModelSource(family=None, path=model, seed=seed, vision=config.model_type in VISION_MODEL_TYPES)
+    raw = _bounded(lambda: untrusted.read_json(folder / "config.json", untrusted.MODEL_CONFIG))
+    _bounded(lambda: modelfolder.check_tokenizer_files(folder))
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    return ModelSource(family=None, path=model, seed=seed, vision=model_type in VISION_MODEL_TYPES)
+
+
+def _bounded(read: Callable[[], Any]) -> Any:
+    """A bounded read of a user's file, its refusal as the probe's bad input."""
+    try:
+        return read()
+    except untrusted.Refused as exc:
+        raise ProbeInputError(str(exc)) from None
 
 
 def _user_config(folder: Path, trust_remote_code: bool) -> dict[str, Any]:
@@ -214,12 +240,9 @@ def _user_config(folder: Path, trust_remote_code: bool) -> dict[str, Any]:
     files beside it that the user trusts (remote code is never run without --trust-remote-code)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    try:
-        raw = shrink.read_config(folder)
-    except shrink.ShrinkError as exc:
-        raise ProbeInputError(str(exc)) from None
+    raw: dict[str, Any] = _bounded(lambda: modelfolder.read_config(folder))
     model_type = raw["model_type"]
-    remote = shrink.remote_code(raw)
+    remote = modelfolder.remote_code(raw)
     if model_type in CONFIG_MAPPING:
         return raw
     if not remote:
@@ -236,18 +259,20 @@ def _user_config(folder: Path, trust_remote_code: bool) -> dict[str, Any]:
 
 
 def load_tokenizer(source: ModelSource) -> tuple[Any, dict[str, bool]]:
-    """The family's tokenizer, or the checkpoint's own as users have it, made fit to generate a batch; and what
-    prepare_tokenizer found and did to it."""
+    """The family's tokenizer, or the checkpoint's own as users have it (its files already within bounds), made
+    fit to generate a batch; and what prepare_tokenizer found and did to it."""
     if source.path is None:
         tokenizer = build_tokenizer(vision=source.vision)
-    elif source.shrink:  # a user's folder: a tokenizer that cannot load is their input, said in one line
+    else:  # a user's folder: a tokenizer that cannot load is their input, said in one line
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(source.path, trust_remote_code=source.trust_remote_code)
         except Exception as exc:  # any loader failure (missing file, bad JSON, remote code) is the folder's
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ProbeInputError(f"the tokenizer in {source.path} cannot load: {first[:500]}") from None
-    else:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source.path)
+            raise ProbeInputError(f"the tokenizer in {source.path} cannot load: {fullsize.first_line(exc, 500)}") from None
+        if len(tokenizer) > untrusted.MAX_TOKENS:  # a vocabulary file that is not JSON (sentencepiece) is counted here
+            raise ProbeInputError(
+                f"the tokenizer in {source.path} holds {len(tokenizer):,} tokens, more than a tokenizer may ({untrusted.MAX_TOKENS:,}; "
+                "the largest released vocabularies hold about 262,000)"
+            )
     return tokenizer, prepare_tokenizer(tokenizer)
 
 
@@ -269,20 +294,63 @@ def prepare_tokenizer(tokenizer: Any) -> dict[str, bool]:
     return {"pad_from_eos": pad_from_eos, "chat_template": bool(getattr(tokenizer, "chat_template", None)), "token_type_ids": type_ids}
 
 
+#: The prompts a tokenizer's chat template rendered in the sandbox, kept for the run (tokenizer id → its rendering).
+_RENDERED: dict[int, tuple[Any, tuple[str, ...], list[str]]] = {}
+
+
 def format_prompts(tokenizer: Any, prompts: list[str]) -> tuple[list[str], bool]:
     """The prompts as the model expects them: through its chat template when it has one (a user turn and the
     generation prompt, as TRL renders conversational prompts), else as they are. Returns them and whether the
-    template was applied (then they already hold the special tokens)."""
+    template was applied (then they already hold the special tokens). The template renders once per run, in
+    the sandbox (probes/chat.py); a template it refuses is bad input naming the template."""
     if not getattr(tokenizer, "chat_template", None):
         return prompts, False
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True) for p in prompts], True
+    kept = _RENDERED.get(id(tokenizer))
+    if kept is None or kept[0] is not tokenizer or kept[1] != tuple(prompts):
+        folder = getattr(tokenizer, "name_or_path", "") or ""
+        origin = modelfolder.template_origin(Path(folder)) if folder and Path(folder).is_dir() else "the tokenizer's chat template"
+        kept = (tokenizer, tuple(prompts), chat.render(tokenizer, prompts, origin))
+        _RENDERED[id(tokenizer)] = kept
+    return list(kept[2]), True
 
 
-def _checkpoint_class(path: str) -> Any:
-    """The class a checkpoint names (architectures[0]) when transformers has it, else the causal-LM auto class."""
+#: What a damaged or refused checkpoint raises while transformers loads it (a refused pickle, a truncated
+#: archive or safetensors header, weights that do not fit the config); an environment's own failure (a
+#: missing package, out of memory) is none of these and stays the verdict's to judge.
+CHECKPOINT_ERRORS = (OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError)
+
+
+def _checkpoint_problem(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError if hasattr(torch, "OutOfMemoryError") else MemoryError):
+        return False
+    if type(exc).__name__ in ("SafetensorError", "HeaderTooLarge", "HeaderTooSmall", "InvalidHeaderDeserialization"):
+        return True
+    text = str(exc)
+    if isinstance(exc, RuntimeError):
+        return any(s in text for s in ("state_dict", "PytorchStreamReader", "archive", "size mismatch", "Weights only load failed"))
+    if isinstance(exc, ValueError):
+        return any(s in text for s in ("torch.load", "checkpoint", "safetensors", "weights"))
+    return isinstance(exc, CHECKPOINT_ERRORS)
+
+
+def load_checkpoint(path: str, attn: str) -> Any:
+    """The checkpoint's model in fp32 with attention `attn`, of the class its architectures[0] names when
+    transformers defines it for that config (never any other attribute); a checkpoint that cannot load is bad
+    input in one line."""
     config = transformers.AutoConfig.from_pretrained(path)
-    named = (getattr(config, "architectures", None) or [""])[0]
-    return getattr(transformers, named, None) or transformers.AutoModelForCausalLM
+    raw = {"model_type": config.model_type, "architectures": getattr(config, "architectures", None) or []}
+    make, _, _ = fullsize.model_maker(raw, config, Path(path) / "config.json", trusted=False)
+    cls: Any = make if isinstance(make, type) else transformers.AutoModelForCausalLM
+    try:
+        return cls.from_pretrained(path, attn_implementation=attn, torch_dtype=torch.float32)
+    except Exception as exc:
+        if not _checkpoint_problem(exc):
+            raise
+        root = exc
+        while root.__cause__ is not None or root.__context__ is not None:
+            root = root.__cause__ or root.__context__  # type: ignore[assignment]
+        why = f" (because {type(root).__name__}: {fullsize.first_line(root, 300)})" if root is not exc else ""
+        raise ProbeInputError(f"the checkpoint in {path} cannot load: {type(exc).__name__}: {fullsize.first_line(exc)}{why}") from None
 
 
 def widen(cfg: Any, head_dim: int) -> None:
@@ -297,7 +365,7 @@ def build_model(source: ModelSource, attn: str, tokenizer: Any, state: dict[str,
     if source.shrink:
         model = tiny_model(source, attn, tokenizer)
     elif source.path:
-        model = _checkpoint_class(source.path).from_pretrained(source.path, attn_implementation=attn, torch_dtype=torch.float32)
+        model = load_checkpoint(source.path, attn)
     else:
         family = FAMILIES[source.family or "qwen2"]
         cfg = family.config(tokenizer)
@@ -316,26 +384,45 @@ def build_model(source: ModelSource, attn: str, tokenizer: Any, state: dict[str,
     return model
 
 
-def tiny_config(source: ModelSource, tokenizer: Any) -> tuple[Any, dict[str, tuple[Any, Any]], list[str]]:
-    """The user's config shrunk (probes/shrink.py) as a transformers config of their class; the changes; notes."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+def shrunk(source: ModelSource, tokenizer: Any, prompts: list[str], texts: list[str]) -> ModelSource:
+    """The source with the user's architecture made tiny, once: their config (read once, checked at full size)
+    shrunk with an embedding that covers the ids the probe uses (`prompts` through the chat template, other
+    `texts` as they are, the special tokens), whatever the tokenizer's length; built on the meta device first to
+    bound it."""
+    assert source.arch is not None and source.path is not None
+    where = Path(source.path) / "config.json"
+    rows = embedding_rows(tokenizer, prompts, texts, source.path)
+    tiny, changes = shrink.shrink(source.arch.raw, rows)
+    notes = [source.arch.full_size_note(), *source.arch.notes]
+    notes += [f"{k} from the tokenizer: {v}" for k, v in shrink.retoken(tiny, token_ids(tokenizer)).items()]
+    if modelfolder.remote_code(source.arch.raw) and isinstance(source.arch.make, type):
+        notes.append(f"auto_map not used: transformers {transformers.__version__} has {source.arch.raw['model_type']} itself")
+    config = fullsize.load_config(source.arch.config_class, tiny, where, Path(source.path))
+    params, biggest = fullsize.largest_parameter(source.arch.make, config)
+    if params > untrusted.MAX_SHRUNK_PARAMETERS:
+        raise ProbeInputError(
+            f"{where}: shrunk, it would still hold {params:,} parameters, more than {untrusted.MAX_SHRUNK_PARAMETERS:,} (the largest: {biggest}); "
+            "a size the shrink keeps (such as max_position_embeddings for learned positions) is beyond what it can train on any machine"
+        )
+    return replace(source, tiny=Tiny(config=config, changes=changes, notes=tuple(notes)))
 
-    assert source.path is not None
-    raw = _user_config(Path(source.path), source.trust_remote_code)
-    tiny, changes = shrink.shrink(raw, len(tokenizer))
-    notes = [f"{k} from the tokenizer: {v}" for k, v in shrink.retoken(tiny, token_ids(tokenizer)).items()]
-    try:
-        if raw["model_type"] in CONFIG_MAPPING:
-            if shrink.remote_code(raw):
-                notes.append(f"auto_map not used: transformers {transformers.__version__} has {raw['model_type']} itself")
-            config = CONFIG_MAPPING[raw["model_type"]].from_dict(tiny)
-        else:
-            cls = type(transformers.AutoConfig.from_pretrained(source.path, trust_remote_code=True))
-            config = cls.from_dict(tiny)
-            config._name_or_path = source.path  # where auto_map's modeling file is loaded from
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ProbeInputError(f"{Path(source.path) / 'config.json'}: transformers {transformers.__version__} refuses the shrunk config: {exc}") from None
-    return config, changes, notes
+
+def embedding_rows(tokenizer: Any, prompts: list[str], texts: list[str], folder: str) -> int:
+    """Embedding rows for the shrunk model: one past the highest id the probe can meet (its prompts through
+    the chat template, the parity texts, the special tokens), and at least shrink.MIN_VOCAB of the tokenizer's
+    tokens to sample from; bad input past MAX_EMBEDDING_ROWS."""
+    rendered, _ = format_prompts(tokenizer, prompts)
+    ids = {i for row in tokenizer(rendered + texts, add_special_tokens=True)["input_ids"] for i in row}
+    named = {k: v for k, v in {**token_ids(tokenizer), "unk_token_id": getattr(tokenizer, "unk_token_id", None)}.items() if isinstance(v, int)}
+    ids |= set(named.values()) | {i for i in getattr(tokenizer, "all_special_ids", []) if isinstance(i, int)}
+    top = max(ids, default=0)
+    if top + 1 > untrusted.MAX_EMBEDDING_ROWS:
+        which = next((k for k, v in named.items() if v == top), "a prompt token")
+        raise ProbeInputError(
+            f"the tokenizer in {folder} gives the probe ids up to {top:,} ({which}), beyond the {untrusted.MAX_EMBEDDING_ROWS:,} embedding "
+            "rows a shrunk model may hold; is this the model's own tokenizer?"
+        )
+    return max(top + 1, min(len(tokenizer), shrink.MIN_VOCAB), 2)
 
 
 def token_ids(tokenizer: Any) -> dict[str, int]:
@@ -351,17 +438,14 @@ def token_ids(tokenizer: Any) -> dict[str, int]:
 
 def tiny_model(source: ModelSource, attn: str, tokenizer: Any) -> Any:
     """A fresh random model of the user's class from their shrunk config (same seed every time)."""
-    config, _, _ = tiny_config(source, tokenizer)
+    assert source.arch is not None and source.tiny is not None
+    config = copy.deepcopy(source.tiny.config)
     config._attn_implementation = attn
     for sub in getattr(config, "sub_configs", {}) or {}:
         if isinstance(getattr(config, sub, None), transformers.PretrainedConfig):
             getattr(config, sub)._attn_implementation = attn
-    named = (getattr(config, "architectures", None) or [""])[0]
-    cls = getattr(transformers, named, None) if named else None
     torch.manual_seed(source.seed)
-    if cls is not None:
-        return cls(config)
-    return transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=source.trust_remote_code)
+    return source.arch.make(config)
 
 
 def preload_model_classes() -> None:

@@ -29,6 +29,7 @@ if __name__ == "__main__" and not __package__:  # run as a script: make the `pro
 
 from probes import caches
 from probes.record import ProbeInputError, Run
+from probes.untrusted import Refused, printable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,14 +140,14 @@ def main(argv: list[str] | None = None) -> int:
         from probes import train
 
         code = train.probe(run, args)
-    except ProbeInputError as exc:  # the user's input, not a crash: one clear line, no traceback
+    except (ProbeInputError, Refused) as exc:  # the user's input, not a crash: one clear line, no traceback
         run.result["error"] = {"type": type(exc).__name__, "message": str(exc), "stage": run.result["stage"]}
-        print(f"grpo_smoke.py: error: {exc}", file=sys.stderr, flush=True)
-        code = exc.exit_code
+        print(f"grpo_smoke.py: error: {printable(str(exc))}", file=sys.stderr, flush=True)
+        code = getattr(exc, "exit_code", 2)
     except BaseException as exc:  # record the crash, then fail the way it would have
         run.result["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000], "stage": run.result["stage"]}
         run.save()
-        traceback.print_exc()
+        print(printable(traceback.format_exc(), keep_newlines=True), end="", file=sys.stderr)  # text from user files can be in it
         sys.stdout.flush()
         code = 130 if isinstance(exc, KeyboardInterrupt) else 1
     finally:

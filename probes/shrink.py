@@ -10,8 +10,6 @@ new config so the probe can say it; everything not named here is kept as the use
 from __future__ import annotations
 
 import copy
-import json
-from pathlib import Path
 from typing import Any
 
 #: The shrunk decoder: what the built-in tiny families use (probes/families.py `_text`).
@@ -22,6 +20,9 @@ MAX_LAYERS = 8
 #: A window shorter than the probe's prompts plus completions (about 30 tokens), so it bites, as in the gemma2 family.
 WINDOW = 8
 EXPERTS, EXPERTS_PER_TOKEN = 4, 2
+#: Tokens the shrunk embedding keeps at least (of the tokenizer's, from id 0), beyond the ids the probe uses:
+#: a group's sampled completions must be able to differ (4 specials alone would make every reward equal).
+MIN_VOCAB = 4096
 VISION_WIDTH, VISION_HEADS, VISION_DEPTH = 32, 2, 2
 #: Keys of the text config that size the model, each → its shrunk value (only where the config sets them).
 TEXT_SIZES: dict[str, int] = {
@@ -42,44 +43,11 @@ ROUTED = ("num_experts_per_tok", "moe_topk", "top_k_experts")
 #: Keys that only cost memory or name weights that are not there.
 DROPPED = ("quantization_config", "torch_dtype", "dtype", "_name_or_path", "transformers_version")
 LAYER_LISTS = ("layer_types", "mlp_layer_types")
-#: The tokenizer's JSON files, checked when present (a model folder may hold others: sentencepiece, vocab files).
-TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 LAYER_INDEXES = ("mlp_only_layers",)
 
 
 class ShrinkError(ValueError):
     """The config cannot be shrunk as it is (a message for the user: which key, what is wrong)."""
-
-
-def read_config(folder: Path) -> dict[str, Any]:
-    """`config.json` of a model folder as a JSON object, or a ShrinkError naming the file and what to do."""
-    path = folder / "config.json"
-    if not folder.is_dir():
-        raise ShrinkError(f"{folder}: not a folder; give the folder that holds the model's config.json and tokenizer files")
-    if not path.is_file():
-        raise ShrinkError(f"{path}: no config.json in the folder; download it with the tokenizer files (no weights needed)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ShrinkError(f"{path}: not valid JSON ({exc}); download the file again") from None
-    if not isinstance(data, dict):
-        raise ShrinkError(f"{path}: a JSON {type(data).__name__}, not an object; is this a model's config.json?")
-    if not isinstance(data.get("model_type"), str) or not data["model_type"]:
-        raise ShrinkError(f"{path}: no model_type; a transformers config.json names its architecture in model_type")
-    for name in TOKENIZER_JSON:  # a damaged file here makes transformers fall back to other loaders with misleading errors
-        other = folder / name
-        if other.is_file():
-            try:
-                json.loads(other.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ShrinkError(f"{other}: not valid JSON ({exc}); download the tokenizer files again") from None
-    return data
-
-
-def remote_code(config: dict[str, Any]) -> dict[str, str]:
-    """The classes the config asks to load from Python files beside it (`auto_map`), empty when none."""
-    auto = config.get("auto_map")
-    return {str(k): str(v) for k, v in auto.items()} if isinstance(auto, dict) else {}
 
 
 def _layer_count(text: dict[str, Any]) -> int:

@@ -235,9 +235,11 @@ def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[fam
     tokenizer, noted = families.load_tokenizer(source)
     if source.path:  # a user's checkpoint: say what its tokenizer needed (the built-in families' need nothing)
         run.result["model"]["tokenizer"] = noted
+    if source.shrink:  # the user's architecture, checked at full size in resolve, made tiny once
+        source = families.shrunk(source, tokenizer, PROMPTS, parity.PARITY_TEXTS)
     model = families.build_model(source, attn, tokenizer).to(device)
     if source.shrink:
-        run.result["model"]["shrunk"] = shrunk_facts(source, tokenizer, model)
+        run.result["model"]["shrunk"] = shrunk_facts(source, model)
     if args.saved_gen_config != "none":
         source = save_near_greedy(source, model, tokenizer, run.out / f".checkpoint-rank{run.rank}")
         model = families.build_model(source, attn, tokenizer).to(device)
@@ -251,16 +253,17 @@ def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[fam
     return source, attn, tokenizer, model, state
 
 
-def shrunk_facts(source: families.ModelSource, tokenizer: Any, model: Any) -> dict[str, Any]:
-    """What the user's architecture became: its type, layers kept, size, and each key shrunk."""
-    config, changes, notes = families.tiny_config(source, tokenizer)
+def shrunk_facts(source: families.ModelSource, model: Any) -> dict[str, Any]:
+    """What the user's architecture became: its type, layers kept, size, each key shrunk, the full-size check."""
+    assert source.tiny is not None
+    config, changes, notes = source.tiny.config, source.tiny.changes, source.tiny.notes
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return {
         "model_type": config.model_type,
         "layers": getattr(text, "num_hidden_layers", None),
         "params": sum(p.numel() for p in model.parameters()),
         "changes": {k: f"{v[0]} → {v[1]}" for k, v in shrink.shown(changes).items()},
-        "notes": notes,
+        "notes": list(notes),
     }
 
 

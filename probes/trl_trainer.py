@@ -249,8 +249,12 @@ def run_trl(
 
 def conversational(tokenizer: Any, prompts: list[str]) -> list[Any]:
     """Prompts as TRL takes them: a user turn each where the tokenizer has a chat template (TRL then applies
-    it), plain text otherwise."""
+    it), plain text otherwise. The template first renders them in the sandbox (probes/chat.py): one that does
+    not end or grows without bound is refused before TRL runs it."""
     if getattr(tokenizer, "chat_template", None):
+        from probes import families
+
+        families.format_prompts(tokenizer, prompts)
         return [[{"role": "user", "content": p}] for p in prompts]
     return list(prompts)
 

@@ -128,6 +128,32 @@ MISTRAL_7B: dict[str, Any] = {
     "use_cache": True,
     "vocab_size": 32000,
 }
+#: Llama 3 70B's config.json as Meta ships it (the full-size build must stay quick for a 70B-class model).
+LLAMA3_70B: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "hidden_size": 8192,
+    "initializer_range": 0.02,
+    "intermediate_size": 28672,
+    "max_position_embeddings": 8192,
+    "model_type": "llama",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.0.dev0",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
 QWEN3_VL_8B: dict[str, Any] = {
     "architectures": ["Qwen3VLForConditionalGeneration"],
     "image_token_id": 151655,
@@ -223,6 +249,10 @@ USER_MODELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "qwen3-30b-a3b": (QWEN3_30B_A3B, {"specials": QWEN_SPECIALS, "pad": "<|endoftext|>", "bos": None, "eos": "<|im_end|>", "chat_template": QWEN_CHAT}),
     "mistral-7b": (MISTRAL_7B, {"specials": ["<unk>", "<s>", "</s>"], "pad": None, "bos": "<s>", "eos": "</s>"}),
     "qwen3-vl-8b": (QWEN3_VL_8B, {"specials": QWEN_VL_SPECIALS, "pad": "<|endoftext|>", "bos": None, "eos": "<|im_end|>", "chat_template": QWEN_CHAT}),
+    "llama3-70b": (
+        LLAMA3_70B,
+        {"specials": ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"], "pad": None, "bos": "<|begin_of_text|>", "eos": "<|end_of_text|>"},
+    ),
 }
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from probes import untrusted
+
 from ..errors import InputError, SpecError
 from ..spec.matrix import CHOICES, Checker
 from ..spec.yamlsrc import Source, load_yaml
@@ -52,7 +54,7 @@ def read(path: Path) -> Mapped:
     """The file's settings mapped; InputError/SpecError (exit 2) naming the file, line and key when one is wrong."""
     if not path.is_file():
         raise InputError(f"--grpo-config {path}: no such file; give a GRPOConfig as YAML or JSON")
-    src = load_yaml(path)  # JSON is YAML: one bounded loader, errors with their line
+    src = load_yaml(path, untrusted.GRPO_CONFIG)  # JSON is YAML: one bounded loader, errors with their line
     if not isinstance(src.data, dict):
         raise InputError(f"{path}: a GRPO config is a mapping of GRPOConfig keys (learning_rate: 1e-6, ...), not {type(src.data).__name__}")
     return map_settings(src)

@@ -13,12 +13,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from probes.shrink import ShrinkError, read_config, remote_code
+from probes.modelfolder import read_config, remote_code
+from probes.untrusted import Refused
 
-from ..errors import InputError
+from ..errors import BackendError, InputError
 from ..host.gpus import HostGpus
 from ..records.outcomes import Outcome
-from ..records.record import Record
+from ..records.record import Record, Status
 from ..spec.matrix import Scenario, Spec
 from .grpoconfig import Mapped
 
@@ -48,7 +49,7 @@ def user_model(folder: Path, *, trust_remote_code: bool) -> UserModel:
     """The folder checked: a readable config.json naming a model_type (InputError, exit 2, otherwise)."""
     try:
         config = read_config(folder)
-    except ShrinkError as exc:
+    except Refused as exc:
         raise InputError(f"--model-config {exc}") from None
     return UserModel(folder.resolve(), config, trust_remote_code)
 
@@ -100,7 +101,10 @@ def first_release_line(model_type: str, cache: Path) -> tuple[str | None, str]:
 
 
 def exit_code(record: Record) -> int:
-    """0 when the run trained (ok), 1 when it did not, 2 when the probe refused the input in this interpreter."""
+    """0 when the run trained (ok), 1 when it did not, 2 when the probe refused the input in this interpreter,
+    3 when this interpreter cannot run it at all (an engine or package the scenario needs is missing)."""
+    if record.status == Status.SKIPPED:
+        return BackendError.exit_code
     if probe_refusal(record) is not None:
         return 2
     return 0 if record.klass == Outcome.OK else 1

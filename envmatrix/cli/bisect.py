@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-
 from ..backends.registry import choose
 from ..host.gpus import detect_gpus
+from ..outputs.terminal import Console
 from ..spec.matrix import load
 from . import options
 from .common import gpu_ids, gpu_type, profile_name

@@ -6,10 +6,10 @@ import argparse
 import json
 import sys
 
-from rich.console import Console
 from rich.table import Table
 
 from ..facts import catalog
+from ..outputs.terminal import Console
 from . import options
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import InputError, SpecError
+from ..errors import InputError, SpecError, printable
 from ..host.gpus import HostGpus, default_profile, detect_gpus
 from ..plan.cells import Cell
 from ..plan.expand import expand
@@ -14,7 +14,7 @@ from ..spec.matrix import Spec, check_pattern, load
 
 
 def warn(message: str) -> None:
-    print(f"envmatrix: warning: {message}", file=sys.stderr)
+    print(f"envmatrix: warning: {printable(message)}", file=sys.stderr)
 
 
 def profile_name(args: argparse.Namespace, spec: Spec, gpus: HostGpus | None = None) -> str:

@@ -9,10 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from ..errors import InputError
 from ..host.gpus import detect_gpus
+from ..outputs.terminal import Console
 from ..records.outcomes import Outcome
 from ..records.record import load_records
 from ..spec.matrix import load

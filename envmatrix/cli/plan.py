@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from ..host.gpus import detect_gpus
+from ..outputs.terminal import Console
 from ..plan import builds as plan
 from ..plan.builds import Build
 from ..plan.cells import COVERED, SKIPPED

@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 
-from ..errors import InputError
+from ..errors import BackendError, InputError
 from ..host.gpus import HostGpus, detect_gpus
+from ..outputs.terminal import Console
 from ..plan.expand import expand
 from ..records.outcomes import Outcome
-from ..records.record import Record, Status
+from ..records.record import Status
 from ..spec.matrix import Scenario, Spec, load
 from . import options
 from .common import profile_name
@@ -83,24 +83,23 @@ def _here(
         refused = f"{refused}; {preflight.first_release_line(model.model_type, ARCH_CACHE)[1]}"
     if refused is not None and not as_json:
         raise InputError(f"--model-config {model.folder}: {refused}")
+    if record.status == Status.SKIPPED and not as_json:  # an engine or package this interpreter lacks: exit 3
+        raise BackendError(f"not run here: {record.outcome.evidence}; install it in {sys.executable}, or run --matrix over environments that have it")
     answer = preflight.summary(record, model, mapped, gpus)
     if as_json:
         print(json.dumps(answer, indent=2, default=str))
         return int(answer["exit_code"])
-    _print(console, record, answer)
+    _print(console, answer)
     return int(answer["exit_code"])
 
 
-def _print(console: Console, record: Record, answer: dict[str, Any]) -> None:
+def _print(console: Console, answer: dict[str, Any]) -> None:
     built = answer["model"]
     if built:
         changed = ", ".join(f"{k} {v}" for k, v in built.get("changes", {}).items())
         console.print(f"built: {escape(str(built.get('class')))}, {built.get('layers')} layers, {built.get('params'):,} parameters ({escape(changed)})")
         for note in built.get("notes") or ():
             console.print(f"  {escape(str(note))}")
-    if record.status == Status.SKIPPED:
-        console.print(f"[bold red]not run here[/]: {escape(record.outcome.evidence)}")
-        return
     style = "bold green" if answer["class"] == "ok" else "bold red"
     console.print(f"verdict: [{style}]{answer['class']}[/] in {answer['seconds']} s")
     console.print(f"evidence: {escape(str(answer['evidence']))}")

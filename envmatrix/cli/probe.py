@@ -9,10 +9,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from ..errors import InputError
+from ..outputs.terminal import Console
 from ..run.execute import probe_command, run_logged
 from ..spec.matrix import load
 from ..verdict.classify import classify, control_status

@@ -6,12 +6,11 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from rich.console import Console
-
 from ..errors import InputError
 from ..outputs.findings import find
 from ..outputs.report import write_merged
 from ..outputs.summary import print_findings, print_vetting
+from ..outputs.terminal import Console
 from ..records.provenance import Merged, from_folders
 from ..share.keys import load_trusted
 from ..share.merge import gather

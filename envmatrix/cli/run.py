@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-
 from ..backends.registry import BackendOptions, choose, make_backend
 from ..errors import BackendError, InputError
 from ..host.gpus import HostGpus, detect_gpus
 from ..outputs.report import is_current, report_paths, write_report
 from ..outputs.summary import print_summary
+from ..outputs.terminal import Console
 from ..plan.cells import Cell
 from ..plan.resolve import resolve_cells, unreachable_error
 from ..records.record import Record, Status

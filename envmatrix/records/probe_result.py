@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from probes import untrusted
+
 from ..errors import InputError
 from ..jsonio import read_json_bounded
 from .schema import hints, json_key, object_schema
 
 #: A result.json larger than this is not one (a probe writes a few KiB).
-MAX_RESULT_BYTES = 4 * 1024 * 1024
+MAX_RESULT_BYTES = untrusted.PROBE_RESULT.max_bytes
 MAX_TEXT = 16 * 1024  # characters kept of one string (the probe cuts error messages at 4000)
 MAX_ITEMS = 4096  # entries kept of one list or object (grad norms: one per step)
 MAX_DEPTH = 8  # nesting of free JSON (TRL's config)

@@ -24,6 +24,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from probes import untrusted
+
 from ..errors import InputError
 from ..jsonio import read_json_bounded, write_json_atomic
 from ..plan.cells import Cell
@@ -37,7 +39,7 @@ RECORD_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 LOG_TAIL_BYTES = 8192
 #: A record file larger than this is not a record (a runaway log tail, /dev/zero behind a link).
-MAX_RECORD_BYTES = 16 * 1024 * 1024
+MAX_RECORD_BYTES = untrusted.RECORD.max_bytes
 
 
 class Status(Named):

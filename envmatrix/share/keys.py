@@ -15,8 +15,9 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from probes import untrusted
+
 from ..errors import InputError
-from .limits import MAX_KEY_BYTES
 
 MAKE_KEY = "openssl genpkey -algorithm ed25519 -out signing.pem && openssl pkey -in signing.pem -pubout -out signing.pub"
 
@@ -41,14 +42,13 @@ def public_pem(key: Ed25519PublicKey) -> bytes:
 
 
 def _read(path: Path, what: str) -> bytes:
+    """The key file, read once within the PEM key's bound (probes/untrusted.py: a FIFO or device refused unread)."""
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"{path}: cannot read the {what} (No such file or directory); make a key pair with: {MAKE_KEY}")
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_KEY_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the {what} ({exc.strerror}); make a key pair with: {MAKE_KEY}") from None
-    if len(data) > MAX_KEY_BYTES:
-        raise InputError(f"{path}: larger than a PEM key can be ({MAX_KEY_BYTES} bytes); pass the {what} file")
-    return data
+        return untrusted.read_bytes(path, untrusted.PEM_KEY)
+    except untrusted.Refused as exc:
+        raise InputError(f"{exc}; pass the {what} file") from None
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:

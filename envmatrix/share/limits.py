@@ -3,19 +3,22 @@
 A site is someone else's web server: it may be slow, huge, endless or hostile. Every read of one is
 bounded by these caps, and a site that breaks one is named and dropped while the other sites merge.
 
-To move into the bounds module on merge (issue 33 owns the bounds on every file a user hands over).
+The caps on each file a site serves come from probes/untrusted.py, the owner of the bounds on every file a user
+hands over; the network's (bytes of a whole site, redirects, timeouts) are here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from probes import untrusted
+
 from ..records.record import MAX_RECORD_BYTES
 
-MAX_INDEX_BYTES = 8 << 20  # index.json: about 300 bytes an entry, so room for MAX_RECORDS_PER_SITE with margin
-MAX_RECORDS_PER_SITE = 20_000  # entries in one index: a profile of every axis on several GPUs stays far below
-MAX_ENVELOPE_BYTES = 1 << 20  # one attestation: a statement of one cell is a few KiB
-MAX_KEY_BYTES = 16 << 10  # a PEM public key is about 113 bytes
+MAX_INDEX_BYTES = untrusted.PUBLISHED_INDEX.max_bytes
+MAX_RECORDS_PER_SITE = untrusted.PUBLISHED_INDEX.max_values
+MAX_ENVELOPE_BYTES = untrusted.ATTESTATION.max_bytes
+MAX_KEY_BYTES = untrusted.PEM_KEY.max_bytes
 MAX_SITE_BYTES = 1 << 30  # everything read from one site
 MAX_REDIRECTS = 5  # hops one request may follow (GitHub Pages needs one for a missing trailing slash)
 CONNECT_TIMEOUT_S = 10.0  # to open a connection

@@ -29,6 +29,8 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from probes import untrusted
+
 from .. import __version__
 from ..errors import InputError, OutputError
 from ..jsonio import read_bytes_bounded
@@ -41,7 +43,7 @@ from .site import INDEX, SITE_VERSION
 from .statement import encode, result_predicate, sha256, statement
 
 LOCK_FILES = ("pylock.toml", "requirements.lock", "sources.json")
-MAX_LOCK_BYTES = 16 << 20
+MAX_LOCK_BYTES = untrusted.LOCK.max_bytes
 
 Warn = Callable[[str], None]
 Found = dict[str, tuple[Record, bytes, Path]]  # cell id -> (record, its file's bytes, its results folder)

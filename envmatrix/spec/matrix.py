@@ -16,6 +16,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from probes.untrusted import kind_of, number_problem
+
 from ..errors import SpecError
 from ..facts import catalog, flashsource
 from ..facts.families import NAMES as MODEL_FAMILIES
@@ -300,7 +302,7 @@ class Checker:
 
     def mapping(self, value: Any, path: Path_, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict[str, Any]:
         if not isinstance(value, dict):
-            self.err(path, f"must be a mapping (key: value), got {_kind(value)}")
+            self.err(path, f"must be a mapping (key: value), got {kind_of(value)}")
             return {}
         for key in value:
             if key not in allowed:
@@ -313,7 +315,7 @@ class Checker:
     def string_list(self, value: Any, path: Path_, check: Callable[[str], str | None] | None = None, *, allow_empty: bool = False) -> tuple[str, ...]:
         items = value if isinstance(value, list) else [value]
         if isinstance(value, (dict, bool)) or value is None:
-            self.err(path, f"must be a list of values, got {_kind(value)}")
+            self.err(path, f"must be a list of values, got {kind_of(value)}")
             return ()
         if not items and not allow_empty:
             self.err(path, "is empty: an axis needs at least one value (a cell needs a value of every axis)")
@@ -322,7 +324,7 @@ class Checker:
         for i, item in enumerate(items):
             ipath = (*path, i) if isinstance(value, list) else path
             if isinstance(item, (dict, list, bool)) or item is None:
-                self.err(ipath, f"must be a single value, got {_kind(item)}")
+                self.err(ipath, f"must be a single value, got {kind_of(item)}")
                 continue
             text = str(item)
             problem = check(text) if check else None
@@ -339,7 +341,7 @@ class Checker:
         if value is None:
             return []
         if not isinstance(value, list):
-            self.err(path, f"must be a list of entries (- {{axis: value, ...}}), got {_kind(value)}")
+            self.err(path, f"must be a list of entries (- {{axis: value, ...}}), got {kind_of(value)}")
             return []
         if len(value) > MAX_RULES:
             self.err(path, f"{len(value)} entries, more than {MAX_RULES}; use patterns ('*', '?') to say it in fewer")
@@ -352,32 +354,21 @@ class Checker:
         if want is bool:
             if isinstance(value, bool):
                 return value
-            self.err(path, f"must be true or false, got {_kind(value)} {value!r}")
+            self.err(path, f"must be true or false, got {kind_of(value)} {value!r}")
             return None
-        if isinstance(value, (bool, dict, list)) or value is None:
-            self.err(path, f"must be a {want.__name__}, got {_kind(value)}")
-            return None
-        if want is int:
-            if not isinstance(value, int):
-                self.err(path, f"must be an integer, got {value!r}")
+        if want is str:
+            if isinstance(value, (bool, dict, list)) or value is None:
+                self.err(path, f"must be a str, got {kind_of(value)}")
                 return None
-            number: Any = value
-        elif want is float:
-            try:
-                number = float(value)
-            except (ValueError, OverflowError):
-                self.err(path, f"must be a number, got {value!r}")
+            text = str(value)
+            if name in CHOICES and text not in CHOICES[name]:
+                self.err(path, f"'{text}' is not one of {', '.join(CHOICES[name])}{_did_you_mean(text, list(CHOICES[name]))}")
                 return None
-        else:
-            number = str(value)
-            if name in CHOICES and number not in CHOICES[name]:
-                self.err(path, f"'{number}' is not one of {', '.join(CHOICES[name])}{_did_you_mean(number, list(CHOICES[name]))}")
-                return None
-            return number
+            return text
         lo, hi = RANGES.get(name, (float("-inf"), float("inf")))
-        if not lo <= number <= hi:
-            self.err(path, f"{number} is out of range [{lo:g}, {hi:g}]")
-            return None
+        number, problem = number_problem(value, want, lo, hi, from_text=True)
+        if problem:
+            self.err(path, problem)
         return number
 
 
@@ -386,10 +377,6 @@ def _product(sizes: Any) -> int:
     for size in sizes:
         total *= size
     return total
-
-
-def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", bool: "a boolean", type(None): "nothing"}.get(type(value), type(value).__name__)
 
 
 TOP_KEYS = ("version", "profiles", "scenarios")
@@ -666,7 +653,7 @@ def _packages(ck: Checker, raw: Any, path: Path_) -> dict[str, tuple[str, ...]]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        ck.err(path, f"must be a mapping of package name → list of versions (or none), got {_kind(raw)}")
+        ck.err(path, f"must be a mapping of package name → list of versions (or none), got {kind_of(raw)}")
         return {}
     out: dict[str, tuple[str, ...]] = {}
     for name, versions in raw.items():

@@ -3,7 +3,8 @@
 Floats are NOT resolved: `cuda: 12.10` must stay "12.10", never become 12.1. Fields that are really
 numbers convert their strings themselves (spec.py).
 
-A matrix file is untrusted input, so loading is bounded: the file's size, the nesting depth, and the
+A matrix file (or a GRPO config) is untrusted input, so loading is bounded by its kind's bounds
+(probes/untrusted.py, their one owner): the file's size, the nesting depth, the digits of a number, and the
 number of values once every alias is expanded (an alias costs what it expands to, so a 500-byte
 "billion laughs" file is refused while composing, before anything grows). A recursive alias is an
 error, not a RecursionError. YAML merge keys (`<<: *defaults`) work and are counted the same way.
@@ -17,14 +18,11 @@ from typing import Any
 import yaml
 from yaml.events import AliasEvent
 
+from probes import untrusted
+
 from ..errors import InputError, SpecError, printable
 
 Path_ = tuple[str | int, ...]
-
-MAX_BYTES = 256 << 10  # a matrix file is a few KiB; PyYAML reads about 100-200 KiB/s
-MAX_DEPTH = 32  # matrix.yaml nests five levels deep
-MAX_NODES = 100_000  # values after alias expansion
-MAX_INT_DIGITS = 30  # the largest number any field takes is 2**31 - 1
 
 _MERGE = "tag:yaml.org,2002:merge"
 
@@ -42,8 +40,9 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader without the float resolver (every dotted number stays a string), with bounds on
     nesting depth and on the expanded size of the node graph."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, kind: untrusted.Kind) -> None:
         super().__init__(stream)
+        self.kind = kind
         self.depth = 0
         self.nodes = 0
         self.reach = 0  # the deepest level reached inside the node being composed, aliases expanded
@@ -51,8 +50,9 @@ class _Loader(yaml.SafeLoader):
 
     def _charge(self, count: int, line: int) -> None:
         self.nodes += count
-        if self.nodes > MAX_NODES:
-            raise LimitError(line, f"the document expands to more than {MAX_NODES:,} values (aliases count as what they expand to); write it out plainly")
+        most = self.kind.max_values
+        if self.nodes > most:
+            raise LimitError(line, f"the document expands to more than {most:,} values (aliases count as what they expand to); write it out plainly")
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         event = self.peek_event()  # type: ignore[no-untyped-call]
@@ -64,13 +64,13 @@ class _Loader(yaml.SafeLoader):
                     raise LimitError(line, f"alias *{printable(str(event.anchor))} refers to a value that contains it (a recursive alias)")
                 size, height = self.sizes[id(target)]
                 self._charge(size, line)
-                if self.depth + height > MAX_DEPTH:
-                    raise LimitError(line, f"aliases nest values more than {MAX_DEPTH} levels deep")
+                if self.depth + height > self.kind.max_depth:
+                    raise LimitError(line, f"aliases nest values more than {self.kind.max_depth} levels deep")
                 self.reach = max(self.reach, self.depth + height)
             return super().compose_node(parent, index)
         self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise LimitError(line, f"nested more than {MAX_DEPTH} levels deep")
+        if self.depth > self.kind.max_depth:
+            raise LimitError(line, f"nested more than {self.kind.max_depth} levels deep")
         before, outer_reach = self.nodes, self.reach
         self.reach = self.depth
         self._charge(1, line)
@@ -137,8 +137,9 @@ class _Converter:
         return self.scalar(node, path)
 
     def scalar(self, node: yaml.Node, path: Path_) -> Any:
-        if node.tag == "tag:yaml.org,2002:int" and len(str(node.value)) > MAX_INT_DIGITS:
-            self.err(node, path, f"a number of {len(str(node.value)):,} characters; no field takes more than {MAX_INT_DIGITS}")
+        digits = self.loader.kind.max_digits
+        if node.tag == "tag:yaml.org,2002:int" and len(str(node.value)) > digits:
+            self.err(node, path, f"a number of {len(str(node.value)):,} characters; no field of {self.loader.kind.what} takes more than {digits}")
             return None
         try:
             return self.loader.construct_object(node)
@@ -176,21 +177,20 @@ class _Converter:
         return {**merged, **out}
 
 
-def load_yaml(path: Path) -> Source:
-    """Parse `path` within the loader's bounds; a missing file or a YAML error is an error naming the line."""
+def load_yaml(path: Path, kind: untrusted.Kind = untrusted.MATRIX) -> Source:
+    """Parse `path` within its kind's bounds; a missing file or a YAML error is an error naming the line."""
+    if kind is untrusted.MATRIX and not path.exists():
+        raise InputError(f"{path}: no such matrix file; pass one with --file or run from the project root")
+    if kind is untrusted.MATRIX and path.is_dir():
+        raise InputError(f"{path}: is a folder, not a matrix file; pass the file with --file")
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-        if len(raw) > MAX_BYTES:
-            raise InputError(f"{path}: larger than {MAX_BYTES // 1024} KiB; a matrix file is a few KiB, is this the right file?")
+        raw = untrusted.read_bytes(path, kind)
         text = raw.decode("utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such matrix file; pass one with --file or run from the project root") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder, not a matrix file; pass the file with --file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read the matrix file: {exc}") from None
-    loader = _Loader(text)
+    except untrusted.Refused as exc:
+        raise InputError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: cannot read {kind.what}: {exc}") from None
+    loader = _Loader(text, kind)
     conv = _Converter(loader, str(path))
     try:
         node = loader.get_single_node()
@@ -201,9 +201,9 @@ def load_yaml(path: Path) -> Source:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        kind = "YAML syntax error" if isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)) else "YAML error"
-        raise SpecError([f"{path}{line}: {kind}: {problem}"]) from None
-    except RecursionError:  # a guard only: MAX_DEPTH stops nesting long before Python's limit
+        what = "YAML syntax error" if isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)) else "YAML error"
+        raise SpecError([f"{path}{line}: {what}: {problem}"]) from None
+    except RecursionError:  # a guard only: the kind's max_depth stops nesting long before Python's limit
         raise SpecError([f"{path}: nested too deeply to read"]) from None
     finally:
         loader.dispose()

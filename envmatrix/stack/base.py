@@ -8,15 +8,16 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from probes import untrusted
+
 from ..errors import InputError, printable
 
-# Caps on the files init reads (to move into the bounds module on merge): a requirements file or a lock of a
-# training stack is tens of KB (a uv.lock of a large monorepo a few MB); nested `-r` files a few levels deep.
-MAX_REQUIREMENTS_BYTES = 1 << 20
-MAX_LOCK_BYTES = 16 << 20
-MAX_INCLUDE_DEPTH = 8
+# Caps on the files init reads: their owner is probes/untrusted.py (the bounds on every file a user hands over).
+MAX_REQUIREMENTS_BYTES = untrusted.REQUIREMENTS.max_bytes
+MAX_LOCK_BYTES = untrusted.LOCK.max_bytes
+MAX_INCLUDE_DEPTH = untrusted.REQUIREMENTS.max_depth
 MAX_INCLUDED_FILES = 64
-MAX_PACKAGES = 10_000
+MAX_PACKAGES = untrusted.REQUIREMENTS.max_values
 MAX_INTERPRETER_OUTPUT_BYTES = 4 << 20
 INTERPRETER_TIMEOUT_S = 120.0
 
@@ -61,18 +62,16 @@ class Stack:
 
 
 def read_bounded(path: Path, limit: int, what: str) -> str:
-    """A user's file as text, read once within `limit` bytes; InputError (exit 2) naming it otherwise."""
+    """A user's file as text, read once within `limit` bytes (probes/untrusted.py: a FIFO or a device is refused
+    unread); InputError (exit 2) naming it otherwise."""
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"{path}: no such file; give the {what} to read")
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder, not a {what}")
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(limit + 1)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file; give the {what} to read") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder, not a {what}") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    if len(raw) > limit:
-        raise InputError(f"{path}: larger than {limit >> 10} KiB, the bound for a {what}; is this the right file?")
+        raw = untrusted.read_bytes(path, untrusted.Kind(f"a {what}", limit, hint="is this the right file?"))
+    except untrusted.Refused as exc:
+        raise InputError(str(exc)) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

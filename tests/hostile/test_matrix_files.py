@@ -77,7 +77,7 @@ FIXED = {
         + "scenarios: {a: {}}\n",
         "cells (axes × scenarios), more than",
     ),
-    "not-utf8": ("version: \udcff\n", "cannot read the matrix file"),
+    "not-utf8": ("version: \udcff\n", "cannot read a matrix file"),
 }
 
 

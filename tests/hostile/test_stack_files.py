@@ -17,8 +17,8 @@ from envmatrix.stack import read_stack
 from envmatrix.stack.base import MAX_LOCK_BYTES, MAX_REQUIREMENTS_BYTES
 
 CASES: dict[str, tuple[str, bytes, str]] = {
-    "huge requirements": ("requirements.txt", b"torch==2.13.0\n" + b"#" * (MAX_REQUIREMENTS_BYTES + 10), "larger than"),
-    "huge lock": ("pylock.toml", b'lock-version = "1.0"\n' + b"#" * (MAX_LOCK_BYTES + 10), "larger than"),
+    "huge requirements": ("requirements.txt", b"torch==2.13.0\n" + b"#" * (MAX_REQUIREMENTS_BYTES + 10), "more than a requirements file may hold (1 MiB)"),
+    "huge lock": ("pylock.toml", b'lock-version = "1.0"\n' + b"#" * (MAX_LOCK_BYTES + 10), "more than a"),
     "binary": ("requirements.txt", b"torch==2.13.0\n\xff\xfe\x00\x00", "requirements.txt:2: not UTF-8"),
     "deep toml": ("pylock.toml", b'lock-version = "1.0"\nx = ' + b"[" * 100_000 + b"]" * 100_000 + b"\n", "pylock.toml"),
     "deep inline tables": ("uv.lock", b"version = 1\nx = " + b"{a = " * 50_000 + b"1" + b"}" * 50_000 + b"\n", "uv.lock"),

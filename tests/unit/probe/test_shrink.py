@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from user_models import GEMMA3_1B, MISTRAL_7B, QWEN3_8B, QWEN3_30B_A3B, QWEN3_VL_8B
 
-from probes.shrink import HEAD_DIM, HIDDEN, MAX_LAYERS, WINDOW, ShrinkError, read_config, remote_code, retoken, shown, shrink
+from probes.shrink import HEAD_DIM, HIDDEN, MAX_LAYERS, WINDOW, ShrinkError, retoken, shown, shrink
 
 
 def test_a_dense_gqa_model_keeps_its_grouping_norms_and_untied_head() -> None:
@@ -81,36 +80,6 @@ def test_shown_cuts_long_lists() -> None:
     assert shown({"layer_types": (["a"] * 26, ["a"] * 2)}) == {"layer_types": ["26 entries", ["a", "a"]]}
 
 
-@pytest.mark.parametrize(
-    ("content", "said"),
-    [
-        (None, "no config.json in the folder"),
-        ("{not json", "not valid JSON"),
-        ("[1, 2]", "a JSON list, not an object"),
-        ('{"hidden_size": 8}', "no model_type"),
-    ],
-)
-def test_bad_folders_say_which_file_and_what_to_do(tmp_path: Path, content: str | None, said: str) -> None:
-    if content is not None:
-        (tmp_path / "config.json").write_text(content)
-    with pytest.raises(ShrinkError, match=said):
-        read_config(tmp_path)
-    with pytest.raises(ShrinkError, match="not a folder"):
-        read_config(tmp_path / "nothing")
-
-
-def test_damaged_tokenizer_files_are_named(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
-    (tmp_path / "tokenizer_config.json").write_text("{nope")
-    with pytest.raises(ShrinkError, match=r"tokenizer_config\.json: not valid JSON"):
-        read_config(tmp_path)
-
-
 def test_a_config_without_layers_cannot_be_shrunk() -> None:
     with pytest.raises(ShrinkError, match="num_hidden_layers"):
         shrink({"model_type": "bert_like"}, vocab=10)
-
-
-def test_remote_code_is_read_from_auto_map() -> None:
-    assert remote_code({"auto_map": {"AutoConfig": "configuration_x.XConfig"}}) == {"AutoConfig": "configuration_x.XConfig"}
-    assert remote_code(QWEN3_8B) == {}

@@ -206,8 +206,8 @@ def test_files_that_are_not_results(tmp_path: Path) -> None:
     dangling = tmp_path / "dangling.json"
     os.symlink(tmp_path / "nowhere", dangling)
     for path, why in (
-        (torn, "not JSON"),
-        (big, "larger than a probe result can be"),
+        (torn, "not valid JSON"),
+        (big, "more than a probe result may hold"),
         (link, "not a regular file"),
         (tmp_path, "not a regular file"),
         (dangling, "cannot be read"),

@@ -124,7 +124,7 @@ def test_key_files_that_are_not_usable_say_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a PEM public key"):
         load_public_key(tmp_path / "junk.pub")
     (tmp_path / "big.pub").write_bytes(b"x" * 100_000)
-    with pytest.raises(InputError, match="larger than a PEM key"):
+    with pytest.raises(InputError, match="more than a PEM key may hold"):
         load_public_key(tmp_path / "big.pub")
     with pytest.raises(InputError, match="openssl genpkey -algorithm ed25519"):
         load_private_key(tmp_path / "missing.pem")

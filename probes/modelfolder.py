@@ -1,0 +1,225 @@
+"""A user's model folder read once and within bounds: its config.json as a JSON object whose sizes, counts and
+epsilons are typed and in range, as transformers will need them at full size (said before anything shrinks
+them: a shrink that overwrites `hidden_size: -64` would otherwise train happily), and the tokenizer files
+beside it (size, depth, digits, how many tokens, the chat template's length).
+
+Standard library only: `envmatrix preflight` calls it on the host before anything runs, the probe again in
+the environment under test (which then builds the full-size model on the meta device, probes/fullsize.py).
+Bounds and wording come from probes/untrusted.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from probes import untrusted
+from probes.untrusted import Refused
+
+#: Vocabulary files: the JSON ones are counted (tokens), the others bounded by size.
+VOCAB_JSON = ("tokenizer.json", "vocab.json")
+VOCAB_OTHER = ("merges.txt", "vocab.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "qwen.tiktoken", "tiktoken.model")
+#: Settings files transformers reads with the tokenizer or processor.
+SETTINGS = (
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.json",
+    "generation_config.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "video_preprocessor_config.json",
+)
+TEMPLATE_FILES = ("chat_template.jinja",)
+TEMPLATE_FOLDER = "additional_chat_templates"
+
+#: Sizes and counts (integers) and epsilons (numbers) as transformers builds them; `null` is left to the
+#: config class's own default. The upper bounds sit well above every released model (Llama 3.1 405B: hidden
+#: 16,384, 126 layers; DeepSeek-V3: 256 experts; Llama 4: 10 M positions; Gemma 3: 262,208 vocabulary).
+FIELDS: dict[str, tuple[type, float, float]] = {
+    "num_hidden_layers": (int, 1, 512),
+    "num_attention_heads": (int, 1, 1024),
+    "num_key_value_heads": (int, 1, 1024),
+    "hidden_size": (int, 1, 1 << 17),
+    "intermediate_size": (int, 1, 1 << 20),
+    "head_dim": (int, 1, 4096),
+    "vocab_size": (int, 1, 1 << 24),
+    "max_position_embeddings": (int, 1, 1 << 24),
+    "sliding_window": (int, 0, (1 << 31) - 1),
+    "num_experts": (int, 0, 4096),
+    "num_local_experts": (int, 0, 4096),
+    "n_routed_experts": (int, 0, 4096),
+    "num_experts_per_tok": (int, 1, 4096),
+    "n_shared_experts": (int, 0, 4096),
+    "moe_intermediate_size": (int, 1, 1 << 20),
+    "shared_expert_intermediate_size": (int, 0, 1 << 20),
+    "kv_lora_rank": (int, 1, 1 << 16),
+    "q_lora_rank": (int, 1, 1 << 16),
+    "qk_rope_head_dim": (int, 1, 4096),
+    "qk_nope_head_dim": (int, 0, 4096),
+    "v_head_dim": (int, 1, 4096),
+    "depth": (int, 1, 512),
+    "num_heads": (int, 1, 1024),
+    "embed_dim": (int, 1, 1 << 17),
+    "out_hidden_size": (int, 1, 1 << 17),
+    "patch_size": (int, 1, 4096),
+    "spatial_merge_size": (int, 1, 64),
+    "temporal_patch_size": (int, 1, 64),
+    "in_channels": (int, 1, 64),
+    "rms_norm_eps": (float, 0, 1),
+    "layer_norm_eps": (float, 0, 1),
+    "layer_norm_epsilon": (float, 0, 1),
+    "rms_norm_epsilon": (float, 0, 1),
+    "norm_eps": (float, 0, 1),
+    "norm_epsilon": (float, 0, 1),
+    "rope_theta": (float, 1e-3, 1e15),
+}
+EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
+#: Sub-configs checked like the top level (text_config, vision_config, audio_config, ...), but these.
+NOT_MODEL = ("quantization_config",)
+
+
+def remote_code(config: dict[str, Any]) -> dict[str, str]:
+    """The classes the config asks to load from Python files beside it (`auto_map`), empty when none."""
+    auto = config.get("auto_map")
+    return {str(k): str(v) for k, v in auto.items()} if isinstance(auto, dict) else {}
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """`config.json` of a model folder, checked (see the module), after the folder's tokenizer files are checked
+    too; Refused naming the file, the field and the value otherwise."""
+    path = folder / "config.json"
+    if not folder.is_dir():
+        raise Refused(f"{folder}: not a folder; give the folder that holds the model's config.json and tokenizer files")
+    if not path.exists() and not path.is_symlink():
+        raise Refused(f"{path}: no config.json in the folder; download it with the tokenizer files (no weights needed)")
+    data = untrusted.read_json(path, untrusted.MODEL_CONFIG)
+    if not isinstance(data, dict):
+        raise Refused(f"{path}: {untrusted.kind_of(data)} in JSON, not an object; is this a model's config.json?")
+    if not isinstance(data.get("model_type"), str) or not data["model_type"]:
+        raise Refused(f"{path}: no model_type; a transformers config.json names its architecture in model_type")
+    problems = field_problems(data)
+    if problems:
+        raise Refused(f"{path}: " + "; ".join(problems))
+    check_tokenizer_files(folder)
+    return data
+
+
+def field_problems(config: dict[str, Any]) -> list[str]:
+    """Every size, count or epsilon that transformers could not build at full size, as `field: problem` in the
+    words a matrix file's fields use; heads that KV heads do not divide; a list `architectures` of names."""
+    problems: list[str] = []
+    parts = [("", config)] + [(f"{k}.", v) for k, v in config.items() if k.endswith("_config") and k not in NOT_MODEL and isinstance(v, dict)]
+    for prefix, part in parts:
+        checked: dict[str, Any] = {}
+        for key, (want, lo, hi) in FIELDS.items():
+            value = part.get(key)
+            if value is None:
+                continue
+            values = list(enumerate(value)) if isinstance(value, list) and value else [(None, value)]
+            for index, item in values:
+                number, problem = untrusted.number_problem(item, want, lo, hi)
+                if problem:
+                    problems.append(f"{prefix}{key}{'' if index is None else f'[{index}]'}: {problem}")
+                elif index is None:
+                    checked[key] = number
+        problems += _related(checked, prefix)
+    arch = config.get("architectures")
+    if arch is not None and not isinstance(arch, list):
+        problems.append(f"architectures: must be a list of model class names, got {untrusted.kind_of(arch)}")
+    for i, name in enumerate(arch if isinstance(arch, list) else []):
+        if not isinstance(name, str) or not name.isidentifier():
+            problems.append(f"architectures[{i}]: must be a model class name such as LlamaForCausalLM, got {untrusted.shown(name)}")
+    return problems
+
+
+def _related(sizes: dict[str, Any], prefix: str) -> list[str]:
+    """What single fields cannot show: KV heads that do not divide the heads, more experts per token than
+    experts, more expert blocks than a full-size check can build in seconds."""
+    problems = []
+    heads, kv = sizes.get("num_attention_heads"), sizes.get("num_key_value_heads")
+    if heads and kv and heads % kv:
+        problems.append(
+            f"{prefix}num_key_value_heads: {kv} does not divide num_attention_heads {heads}; each key/value head serves an equal group of query heads"
+        )
+    experts = max((sizes.get(k) or 0 for k in EXPERT_COUNTS), default=0)
+    routed = sizes.get("num_experts_per_tok")
+    if experts and routed and routed > experts:
+        problems.append(f"{prefix}num_experts_per_tok: {routed} is more than the {experts} experts")
+    layers = sizes.get("num_hidden_layers") or 0
+    if layers * max(1, experts) > untrusted.MAX_LAYER_EXPERTS:
+        problems.append(
+            f"{prefix}num_hidden_layers: {layers} layers of {experts} experts are {layers * experts:,} expert blocks, more than "
+            f"{untrusted.MAX_LAYER_EXPERTS:,} (the largest released models have about 25,000)"
+        )
+    return problems
+
+
+def check_tokenizer_files(folder: Path) -> None:
+    """Every tokenizer, processor and chat-template file the folder holds, within its kind's bounds: the JSON
+    ones parsed (a damaged file would make transformers fall back to other loaders with misleading errors),
+    the vocabulary counted, the chat template's length bounded."""
+    tokens = 0
+    for name in VOCAB_JSON:
+        path = folder / name
+        if path.exists() or path.is_symlink():
+            data = untrusted.read_json(path, untrusted.TOKENIZER)
+            tokens = max(tokens, token_count(data))
+            del data
+            if tokens > untrusted.MAX_TOKENS:
+                raise Refused(
+                    f"{path}: {tokens:,} tokens, more than a tokenizer may hold ({untrusted.MAX_TOKENS:,}; the largest released vocabularies "
+                    "hold about 262,000); is this the model's own tokenizer?"
+                )
+    for name in VOCAB_OTHER:
+        path = folder / name
+        if path.exists() or path.is_symlink():
+            untrusted.regular_size(path, untrusted.TOKENIZER)
+    for name in SETTINGS:
+        path = folder / name
+        if path.exists() or path.is_symlink():
+            data = untrusted.read_json(path, untrusted.TOKENIZER_SETTINGS)
+            template = data.get("chat_template") if isinstance(data, dict) else None
+            if template is not None and len(str(template)) > untrusted.CHAT_TEMPLATE.max_bytes:
+                raise Refused(
+                    f"{path}: its chat_template holds {len(str(template)):,} characters, more than a chat template may "
+                    f"({untrusted.size_text(untrusted.CHAT_TEMPLATE.max_bytes)}); {untrusted.CHAT_TEMPLATE.hint}"
+                )
+    for path in template_files(folder):
+        untrusted.read_text(path, untrusted.CHAT_TEMPLATE)
+
+
+def template_files(folder: Path) -> list[Path]:
+    """The chat-template files of a folder (chat_template.jinja and additional_chat_templates/*.jinja)."""
+    found = [folder / n for n in TEMPLATE_FILES if (folder / n).exists() or (folder / n).is_symlink()]
+    extra = folder / TEMPLATE_FOLDER
+    if extra.is_dir():
+        found += sorted(extra.glob("*.jinja"))[:64]
+    return found
+
+
+def token_count(data: Any) -> int:
+    """How many tokens a tokenizer.json (its model's vocabulary and its added tokens) or a vocab.json holds."""
+    if not isinstance(data, dict):
+        return 0
+    model = data.get("model")
+    if not isinstance(model, dict):
+        return len(data)
+    vocab = model.get("vocab")
+    if isinstance(vocab, list):  # Unigram: [piece, score] pairs
+        vocab = {e[0]: None for e in vocab if isinstance(e, list) and e and isinstance(e[0], str)}
+    vocab = vocab if isinstance(vocab, dict) else {}
+    added = data.get("added_tokens")
+    extra = sum(1 for a in added if not isinstance(a, dict) or a.get("content") not in vocab) if isinstance(added, list) else 0
+    return len(vocab) + extra  # added tokens that are in the vocabulary already are not counted twice
+
+
+def template_origin(folder: Path) -> str:
+    """Where a folder's chat template comes from, to name it in a refusal."""
+    files = template_files(folder)
+    if files:
+        return str(files[0])
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        if (folder / name).is_file():
+            return f"{folder / name} (chat_template)"
+    return f"the chat template of {folder}"

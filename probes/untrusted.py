@@ -1,0 +1,293 @@
+"""What a file or a value a user hands over may be: its size, nesting depth and digits per kind of file, how
+long and how large a chat template may render, how many tokens a tokenizer may hold, the words a bad number
+is refused with, and text made fit for a terminal. The one owner of these bounds.
+
+Standard library only, and in probes/ rather than envmatrix/: the probe runs inside the environment under
+test and never imports envmatrix, yet it reads the same config.json, tokenizer files and chat templates that
+`envmatrix preflight` checks on the host; both import the numbers and the readers from here, so the two sides
+cannot drift. envmatrix reads its own inputs (matrix files, GRPO configs, records, logs) through here too.
+
+Every refusal is one line naming the file (or field) and the bound it broke: `Refused`, a ValueError the
+callers turn into their exit-2 error (envmatrix's InputError, the probe's ProbeInputError).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of file a user hands over and its bounds: bytes, nesting depth, digits of one integer, and (YAML)
+    values once aliases are expanded. `what` names it in messages ("a model's config.json"); `hint` says what to do."""
+
+    what: str
+    max_bytes: int
+    max_depth: int = 32
+    max_digits: int = 40  # transformers writes an unset model_max_length as int(1e30): 31 digits
+    max_values: int = 100_000
+    hint: str = ""
+
+
+#: A matrix file is a few KiB (PyYAML reads some 100-200 KiB/s); it nests five levels; no field takes a
+#: number above 2**31 - 1.
+MATRIX = Kind("a matrix file", 256 * KIB, max_digits=30, hint="a matrix file is a few KiB; is this the right file?")
+#: A TRL GRPOConfig or recipe (open-r1's): a few KiB of YAML or JSON, read by the matrix file's loader.
+GRPO_CONFIG = Kind("a GRPO config", 256 * KIB, hint="a GRPOConfig is a few KiB of YAML or JSON; is this the right file?")
+#: A model's config.json: released ones hold 1-20 KiB (long rope factor lists, quantization module lists and
+#: id2label tables reach a few hundred KiB); the deepest (compressed-tensors quantization) nest six levels.
+MODEL_CONFIG = Kind("a model's config.json", 4 * MIB, hint="a config.json of a released model is under 1 MiB; download it again")
+#: Vocabulary files (tokenizer.json, vocab.json, merges.txt, tokenizer.model): Gemma 3's tokenizer.json, the
+#: largest released, is 33 MiB. Its normalizer and pre-tokenizer sequences nest under ten levels (tokenizers'
+#: own reader stops at 128).
+TOKENIZER = Kind("a tokenizer vocabulary file", 64 * MIB, max_depth=64, hint="download the tokenizer files again")
+#: tokenizer_config.json, special_tokens_map.json, added_tokens.json, chat_template.json, generation and
+#: processor configs: Gemma 3's tokenizer_config.json, with six thousand added tokens, is 1.2 MiB.
+TOKENIZER_SETTINGS = Kind("a tokenizer or processor settings file", 8 * MIB, hint="download the tokenizer files again")
+#: chat_template.jinja: released templates (tool calling included) are under 20 KiB.
+CHAT_TEMPLATE = Kind("a chat template", 256 * KIB, hint="a released chat template is a few KiB")
+#: A requirements file (for `init`): a training stack's is tens of KiB; `-r` includes nest a few levels (depth),
+#: and one environment pins at most some thousands of packages (values).
+REQUIREMENTS = Kind("a requirements file", 1 * MIB, max_depth=8, max_values=10_000, hint="is this the right file?")
+#: pylock.toml, uv.lock (`init`, and the locks `publish` signs): a large monorepo's uv.lock is a few MiB.
+LOCK = Kind("a lock file", 16 * MIB, max_values=10_000, hint="is this the right file?")
+#: A training log classified whole: the classifier reads about 50 MiB/s (bench/bench_classify.py), so this is
+#: some 20 s; a longer log's failure is at its end (tail -c 512M LOG | envmatrix classify -).
+LOG = Kind("a training log", 1 * GIB, hint="classify the end of it: tail -c 512M LOG | envmatrix classify -")
+#: One cell's record and the probe's result.json (a record carries a log tail and the result).
+RECORD = Kind("a record", 16 * MIB, max_depth=64)
+PROBE_RESULT = Kind("a probe result", 4 * MIB, max_depth=64)
+#: A published table's index.json (`report --results URL`): about 300 bytes an entry, 20,000 records at most.
+PUBLISHED_INDEX = Kind("a site index", 8 * MIB, max_values=20_000)
+#: One signed attestation (a DSSE envelope of one cell's statement: a few KiB).
+ATTESTATION = Kind("an attestation", 1 * MIB)
+#: A PEM key (`publish --sign-key`, `report --trust`): an ed25519 public key is about 113 bytes.
+PEM_KEY = Kind("a PEM key", 16 * KIB, hint="pass the key file")
+
+#: Tokens a tokenizer may hold: the largest released vocabularies hold about 262,000 (Gemma 3); a 2-million-token
+#: tokenizer alone costs transformers 5 s and 600 MiB to load, and a model 256 M parameters to embed it.
+MAX_TOKENS = 1 << 19
+#: Embedding rows a shrunk model may have: it covers the ids the probe uses (its prompts through the chat
+#: template, the parity texts, the special tokens), whatever the tokenizer's length.
+MAX_EMBEDDING_ROWS = 300_000
+#: Parameters a shrunk model may keep (its embedding at MAX_EMBEDDING_ROWS, untied, is 38 M): a size the shrink
+#: keeps, such as learned positions for 16 M tokens, would otherwise make the "tiny" model gigabytes.
+MAX_SHRUNK_PARAMETERS = 50_000_000
+#: A chat template renders the probe's few one-line user turns in milliseconds; it gets this long, this much
+#: more address space, and this many characters of output, in a child process of its own.
+TEMPLATE_SECONDS = 5.0
+TEMPLATE_MEMORY = 256 * MIB
+TEMPLATE_OUTPUT_CHARS = 64 * KIB
+#: A full-size model is built on PyTorch's meta device: per-expert modules cost Python time (DeepSeek-V3,
+#: 61 layers x 256 experts, takes seconds), so layers x experts is bounded above the largest released
+#: (Kimi K2: 61 x 384; Qwen3-Next: 48 x 512).
+MAX_LAYER_EXPERTS = 1 << 16
+
+
+class Refused(ValueError):
+    """A file or value beyond a bound, or not what it should be: one line naming it, the bound, what to do."""
+
+
+def size_text(n: int) -> str:
+    """`4194304` → `4 MiB` (bounds are whole KiB, MiB or GiB)."""
+    for unit, name in ((GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")):
+        if n >= unit:
+            return f"{n / unit:g} {name}"
+    return f"{n} bytes"
+
+
+def _refuse(path: Path | str, problem: str, kind: Kind) -> Refused:
+    return Refused(f"{path}: {problem}" + (f"; {kind.hint}" if kind.hint else ""))
+
+
+_FILE_TYPES = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _file_type(mode: int) -> str:
+    return next((name for test, name in _FILE_TYPES if test(mode)), "not a plain file")
+
+
+def regular_size(path: Path, kind: Kind) -> int:
+    """The size of `path`, a regular file within the kind's bound; otherwise Refused naming it and why."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise Refused(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise Refused(f"{path}: not a regular file ({_file_type(info.st_mode)}); give {kind.what}")
+    if info.st_size > kind.max_bytes:
+        raise _refuse(path, f"{info.st_size:,} bytes, more than {kind.what} may hold ({size_text(kind.max_bytes)})", kind)
+    return info.st_size
+
+
+def read_bytes(path: Path, kind: Kind) -> bytes:
+    """The bytes of `path`, read once: a regular file within the kind's byte bound (a file that grows while it
+    is read is cut at the bound and refused)."""
+    regular_size(path, kind)
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(kind.max_bytes + 1)
+    except OSError as exc:
+        raise Refused(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > kind.max_bytes:
+        raise _refuse(path, f"more than {kind.what} may hold ({size_text(kind.max_bytes)})", kind)
+    return raw
+
+
+def read_text(path: Path, kind: Kind) -> str:
+    """`read_bytes` decoded as UTF-8 (a BOM is dropped)."""
+    raw = read_bytes(path, kind)
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise Refused(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
+def _json_int(kind: Kind, where: Path | str) -> Any:
+    def parse(digits: str) -> int:
+        if len(digits.lstrip("-")) > kind.max_digits:
+            raise _refuse(where, f"a number of {len(digits.lstrip('-')):,} digits; {kind.what} holds none longer than {kind.max_digits}", kind)
+        return int(digits)
+
+    return parse
+
+
+def depth(value: Any) -> int:
+    """How deeply lists and objects nest in `value` (a scalar is 0), without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def parse_json(raw: bytes | str, where: Path | str, kind: Kind) -> Any:
+    """JSON within the kind's depth and digits; Refused naming `where` otherwise (not JSON, too deep, a number
+    too long). NaN and Infinity are read as Python reads them: the fields that take numbers refuse them."""
+    try:
+        value = json.loads(raw, parse_int=_json_int(kind, where))
+    except RecursionError:
+        raise _refuse(where, f"nested more than {kind.max_depth} levels deep, deeper than {kind.what} ever is", kind) from None
+    except UnicodeDecodeError as exc:
+        raise Refused(f"{where}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise _refuse(where, f"not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})", kind) from None
+    if depth(value) > kind.max_depth:
+        raise _refuse(where, f"nested more than {kind.max_depth} levels deep, deeper than {kind.what} ever is", kind)
+    return value
+
+
+def read_json(path: Path, kind: Kind) -> Any:
+    """A JSON file read once within all of the kind's bounds."""
+    return parse_json(read_bytes(path, kind), path, kind)
+
+
+def open_stream(path: str, kind: Kind) -> tuple[Bounded, str | None]:
+    """A binary stream over `path` that stops at the kind's byte bound, and a note when it may be cut: a regular
+    file beyond the bound is Refused; anything else (a FIFO, a device such as /dev/zero) is read up to the bound,
+    and the note says so. A folder is Refused; a path that cannot be opened raises OSError (the caller words it)."""
+    info = os.stat(path)
+    if stat.S_ISDIR(info.st_mode):
+        raise Refused(f"{path}: a folder, not {kind.what}; give a file")
+    if stat.S_ISREG(info.st_mode):
+        regular_size(Path(path), kind)
+        note = None
+    else:
+        note = f"{path} is {_file_type(info.st_mode)}, not a regular file: read up to {size_text(kind.max_bytes)} of it"
+    return Bounded(open(path, "rb"), kind.max_bytes), note  # the caller closes it
+
+
+class Bounded:
+    """A binary stream that ends after `limit` bytes (`cut` says whether there was more)."""
+
+    def __init__(self, stream: Any, limit: int) -> None:
+        self.stream = stream
+        self.left = limit
+        self.cut = False
+
+    def read(self, size: int = -1) -> bytes:
+        want = self.left if size < 0 else min(size, self.left)
+        if want <= 0:
+            self.cut = self.cut or bool(self.stream.read(1))
+            return b""
+        block: bytes = self.stream.read(want)
+        self.left -= len(block)
+        return block
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def __enter__(self) -> Bounded:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---- values ------------------------------------------------------------------------------------------
+
+
+def kind_of(value: Any) -> str:
+    """How a value reads in a message: `a mapping`, `a list`, `a boolean`, `nothing`, else its type's name."""
+    return {dict: "a mapping", list: "a list", bool: "a boolean", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters (a 4 MiB string is named, not echoed)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 10]}… ({len(text):,} characters)"
+
+
+def number_problem(value: Any, want: type, lo: float, hi: float, *, from_text: bool = False) -> tuple[Any, str | None]:
+    """`value` as an integer (`want` int) or a number (float) within [lo, hi], or None and why not: the words a
+    matrix file's fields and a config.json's sizes are refused with. `from_text`: a string holding a number is
+    read as one (YAML here keeps dotted numbers as text)."""
+    noun = "an integer" if want is int else "a number"
+    if isinstance(value, (bool, dict, list)) or value is None:
+        return None, f"must be {noun}, got {kind_of(value)}"
+    number: Any
+    if want is int:
+        if not isinstance(value, int):
+            return None, f"must be an integer, got {shown(value)}"
+        number = value
+    else:
+        if isinstance(value, str) and not from_text:
+            return None, f"must be a number, got {shown(value)}"
+        try:
+            number = float(value)
+        except (ValueError, OverflowError, TypeError):
+            return None, f"must be a number, got {shown(value)}"
+    if not lo <= number <= hi:
+        return None, f"{number} is out of range [{lo:g}, {hi:g}]"
+    return number, None
+
+
+# ---- text for a terminal -------------------------------------------------------------------------------
+
+
+def printable(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with control and format characters escaped (`\\x1b`, `\\u202e`): a name from a user's file, a log
+    line or a record reaches a terminal, and must not drive it (colours, cursor moves, a title, a cleared
+    screen, a hidden or reversed word)."""
+    if text.isprintable():  # the common case, in C
+        return text
+    out = []
+    for ch in text:
+        if (ch == "\n" and keep_newlines) or unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(ch)
+        else:
+            out.append(ascii(ch)[1:-1])
+    return "".join(out)

@@ -1,0 +1,65 @@
+"""The user's architecture at full size on the meta device, before shrinking: only the class transformers
+defines for the config is built, and what only a full-size build finds is bad input naming the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import transformers
+from user_models import LLAMA3_70B, QWEN3_8B, QWEN3_VL_8B
+
+from probes import fullsize
+from probes.record import ProbeInputError
+
+
+def check(tmp_path: Path, config: dict[str, Any]) -> fullsize.Arch:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return fullsize.check(config, tmp_path, trusted=False)
+
+
+def test_a_70b_config_builds_at_full_size_without_memory(tmp_path: Path) -> None:
+    arch = check(tmp_path, LLAMA3_70B)
+    assert arch.name == "LlamaForCausalLM" and arch.params == 70_553_706_496
+    assert "full size: LlamaForCausalLM, 70,553,706,496 parameters, built on the meta device" in arch.full_size_note()
+
+
+def test_a_vlm_builds_its_own_class(tmp_path: Path) -> None:
+    if not hasattr(transformers, "Qwen3VLForConditionalGeneration"):
+        pytest.skip(f"transformers {transformers.__version__} has no Qwen3-VL")
+    assert check(tmp_path, QWEN3_VL_8B).name == "Qwen3VLForConditionalGeneration"
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"hidden_act": "no_such_act"}, "cannot build Qwen3ForCausalLM at full size from it: KeyError: 'no_such_act' (the value of hidden_act: 'no_such_act')"),
+        ({"layer_types": ["full_attention"] * 3}, "refuses it: `num_hidden_layers` (36) must be equal to the number of"),
+        ({"rope_scaling": {"rope_type": "yarn"}}, "refuses it:"),
+        ({"architectures": ["pipeline"]}, "architectures[0]: 'pipeline' is not a model class transformers"),
+        ({"architectures": ["MistralForCausalLM"]}, "it defines Qwen3ForCausalLM"),
+        ({"architectures": ["Qwen2TokenizerFast"]}, "'Qwen2TokenizerFast' is not a model class"),
+        ({"architectures": ["__class__"]}, "'__class__' is not a model class"),
+    ],
+)
+def test_what_only_the_full_size_build_or_the_class_check_finds_is_bad_input(tmp_path: Path, change: dict[str, Any], said: str) -> None:
+    with pytest.raises(ProbeInputError) as caught:
+        check(tmp_path, {**QWEN3_8B, **change})
+    assert said in str(caught.value) and str(caught.value).startswith(str(tmp_path / "config.json"))
+
+
+def test_nothing_but_a_model_class_is_ever_called(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    called: list[Any] = []
+    monkeypatch.setattr(transformers, "pipeline", lambda *a, **k: called.append(a), raising=False)
+    with pytest.raises(ProbeInputError):
+        check(tmp_path, {**QWEN3_8B, "architectures": ["pipeline"]})
+    assert called == []
+
+
+def test_a_class_that_cannot_generate_or_none_gives_way_to_the_generating_class(tmp_path: Path) -> None:
+    base = check(tmp_path, {**QWEN3_8B, "architectures": ["Qwen3Model"]})
+    assert base.name == "Qwen3ForCausalLM" and "Qwen3Model cannot generate" in base.notes[0]
+    none = check(tmp_path, {**QWEN3_8B, "architectures": []})
+    assert none.name == "Qwen3ForCausalLM" and "no architectures" in none.notes[0]
