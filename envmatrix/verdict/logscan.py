@@ -378,13 +378,13 @@ class _Scanner:
                 done_to["gen"] = self._generated(buf, m, name[len("gen:") :], hit)
             elif name == "struct":
                 start = _line_start(buf, m.start())
-                end, read_to = self.region(buf, start, line_no(start))
+                _, read_to = self.region(buf, start, line_no(start))
                 self.struct_left -= read_to - start
-                done_to["struct"] = max(end, pos)
+                done_to["struct"] = max(read_to, pos)  # what was read is not read again
                 pos = m.start()  # the same text again for everything else
                 if self.struct_left <= 0:
                     self.todo.discard("struct")
-                    self.struct_until = base + end
+                    self.struct_until = base + read_to
             elif name == "code":
                 found = hit(m.start(), m.end())
                 lo, hi = _line_bounds(buf, m.start(), m.end())
@@ -444,18 +444,18 @@ class _Scanner:
         return last, min(pos, len(buf))
 
     def finish(self, tail: bytes, tail_base: int, tail_line: int) -> None:
-        """Read the log's tail as structure when the head's budget ran out before it, then keep what was read."""
+        """Read the log's tail as structure when the head's budget ran out before it (each byte once), then keep what was read."""
         if self.struct_until >= 0 and tail:
             skip = max(0, self.struct_until - tail_base)
+            start = _line_start(tail, skip) if skip else 0
             if skip < len(tail):
-                start = _line_start(tail, skip) if skip else 0
                 line_no = tail_line + tail.count(b"\n", 0, start) + 1
                 for m in _STRUCT_ONLY().finditer(tail, start):
                     if m.start() < start:
                         continue
                     at = _line_start(tail, m.start())
                     line_no += tail.count(b"\n", start, at)
-                    start = max(self.region(tail, at, line_no)[0], m.end())
+                    start = max(self.region(tail, at, line_no)[1], m.end())
                     line_no += tail.count(b"\n", at, start)
         self.scan.raised = self.reader.raised()
 
