@@ -59,6 +59,11 @@ PROBE_IMPORT_ENV = {
     "HF_DATASETS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+    # numpy's and scipy's bundled OpenBLAS each start a pool of one thread per core when imported (scipy comes in through
+    # scikit-learn, which transformers' generation imports where it is installed, as on most GPU hosts): on a 16-core
+    # H100 host that was 15 threads more than torch's import leaves, so the helper would not fork and every cell ran in a
+    # process of its own (about 20 s each). The probe does its math in torch, whose CPU kernels use their own threads.
+    "OPENBLAS_NUM_THREADS": "1",
 }
 #: The CUDA driver API's CUDA_ERROR_NOT_INITIALIZED (cuda.h `CUresult`): what any call but cuInit answers
 #: before cuInit ran in this process.

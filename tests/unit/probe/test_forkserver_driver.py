@@ -5,6 +5,9 @@ stand-in libcuda (tests/data/fakecuda) that answers as the driver API does; test
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -64,3 +67,26 @@ def test_the_driver_library_is_found_in_the_process_maps() -> None:
 
 def test_the_helpers_imports_use_nvmls_check_so_they_do_not_initialise_the_driver() -> None:
     assert forkserver.PROBE_IMPORT_ENV["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
+
+
+_POOL = """
+import json, os, sys
+from probes.forkserver import PROBE_IMPORT_ENV, fork_unsafe_reason, native_threads
+if sys.argv[1] == "helper":
+    os.environ.update({k: v for k, v in PROBE_IMPORT_ENV.items() if k not in os.environ})
+import torch
+baseline = native_threads()
+import scipy.linalg  # its own OpenBLAS, loaded after torch's import (scikit-learn brings it in where installed)
+print(json.dumps(fork_unsafe_reason(baseline)))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("scipy") is None, reason="needs scipy (scikit-learn brings it; nox -s tests installs it)")
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a one-core machine starts no OpenBLAS pool")
+def test_a_blas_pool_started_by_a_later_import_does_not_stop_forking_in_the_helper() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    run = [sys.executable, "-c", _POOL]
+    plain = json.loads(subprocess.run([*run, "plain"], capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout)
+    helper = json.loads(subprocess.run([*run, "helper"], capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout)
+    assert plain is not None and "native thread" in plain  # the mechanism: scipy's pool is more threads than torch's import left
+    assert helper is None, helper  # the helper's import environment keeps that pool to one thread
