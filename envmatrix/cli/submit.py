@@ -48,7 +48,7 @@ def _pairs(flag: str, values: list[str]) -> list[str]:
 def handle(args: argparse.Namespace) -> int:
     """Write (and for Slurm submit and wait for) one job per GPU type with a task per shard, then a report job."""
     if args.engine != "slurm" and (args.submit or args.wait):
-        raise InputError(f"--submit and --wait are for slurm; for {args.engine}, commit or apply the files written (see README)")
+        raise InputError(f"--submit and --wait are for slurm; for {args.engine}, commit or apply the files written (see docs/gpu-runners.md)")
     if args.wait and not args.submit:
         raise InputError("--wait needs --submit")
     if args.schedule is not None:

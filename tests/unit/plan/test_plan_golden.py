@@ -1,5 +1,5 @@
 """The shipped gpu plan, pinned: cells, environments, skip reasons by kind. A change to the catalog,
-the eligibility or matrix.yaml that moves the plan shows here as a diff to read, and the README's
+the eligibility or matrix.yaml that moves the plan shows here as a diff to read, and docs/matrix-yaml.md's
 figures are checked against the same plan.
 
 Regenerate after an intended change: ENVMATRIX_UPDATE_GOLDEN=1 pytest tests/unit/plan/test_plan_golden.py
@@ -50,14 +50,14 @@ def test_every_skipped_cell_has_a_kind_and_every_planned_one_none() -> None:
     assert not any(c.kinds or c.reason for c in cells if c.status == PLANNED)
 
 
-def test_the_readme_states_the_plan() -> None:
+def test_the_docs_state_the_plan() -> None:
     plan = json.loads(GOLDEN.read_text())
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join((ROOT / "docs" / "matrix-yaml.md").read_text().split())
     m = re.search(r"The shipped gpu profile plans ([\d,]+) cells over (\d+) environments", text)
-    assert m, "README: the sentence giving the gpu plan's size is gone"
+    assert m, "docs/matrix-yaml.md: the sentence giving the gpu plan's size is gone"
     assert (int(m.group(1).replace(",", "")), int(m.group(2))) == (plan["planned"], len(plan["environments"]))
     m = re.search(r"\((\d+) cells there, (\d+) on H20 and (\d+) on each other GPU", text)
-    assert m, "README: the per-GPU figures are gone"
+    assert m, "docs/matrix-yaml.md: the per-GPU figures are gone"
     by_gpu = plan["planned_by_gpu"]
     assert int(m.group(1)) == by_gpu["A100"] and int(m.group(2)) == by_gpu["H20"]
     assert {by_gpu[g] for g in by_gpu if g not in ("A100", "H20")} == {int(m.group(3))}
