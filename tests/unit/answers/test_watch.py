@@ -270,6 +270,22 @@ def test_the_host_backend_only_where_this_interpreter_is_the_baseline(watched: t
     assert runner.runs == [], "nothing ran"
 
 
+def test_the_host_backend_runs_the_baseline_and_says_the_rest_was_listed_not_run(
+    watched: tuple[Spec, WatchRequest, FakeRunner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    spec, request, runner = watched
+    monkeypatch.setattr(watch_run, "_check_host_is_baseline", lambda base: None)
+    w = run_watch(spec, dataclasses.replace(request, backend="host"), Console(quiet=True))
+    assert w.listed_only and w.exit_code() == 0
+    assert {c.split("/")[0] for c in runner.runs} == {w.base.id}, "only the baseline ran"
+    text = markdown(w, reports="reports")
+    assert "## Releases listed" in text and "## Releases tried" not in text
+    assert "| transformers | 4.51.3 | 8 |" in text and "listed, not run (host backend)" in text
+    assert "Nothing was tried beyond the baseline (host backend)." in text and "Nothing: every newer release" not in text
+
+
 def test_evidence_from_logs_cannot_become_markup(watched: tuple[Spec, WatchRequest, FakeRunner]) -> None:
     from envmatrix.answers.watch_summary import _code
 
