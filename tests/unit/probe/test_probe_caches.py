@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from envmatrix.backends.host import HostBackend
-from envmatrix.backends.venv import _cell_env
+from envmatrix.backends.venv import VenvBackend, _cell_env
 from envmatrix.plan.builds import Build
 from envmatrix.plan.cells import Environment
 from probes import caches, grpo_smoke
@@ -61,3 +61,13 @@ def test_the_host_backend_keeps_caches_in_a_folder_of_its_run_and_removes_it(tmp
         under(ready.env, root)
         assert not root.is_relative_to(Path.home())
     assert not root.exists()
+
+
+def test_the_venv_backends_cells_write_the_bytecode_the_install_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiling every file at install cost 19 s an environment; the cells compile what they import, once, into the
+    environment's folder, which a user's PYTHONDONTWRITEBYTECODE must not stop (each import would compile again)."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert "PYTHONDONTWRITEBYTECODE" not in _cell_env(tmp_path / "venv")
+    backend = VenvBackend(tmp_path / "venvs")
+    pip = backend._pip(tmp_path / "venv" / "bin" / "python")
+    assert "--compile-bytecode" not in pip and (backend.uv or "--no-compile" in pip)
