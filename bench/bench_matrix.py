@@ -1,20 +1,24 @@
 """Matrix timings from the records of real runs: wall time against the work it holds and the critical path.
 
     python bench/bench_matrix.py [--profile cpu] [--only PATTERN] [--jobs N]   # a cold run, then a warm one
-    python bench/bench_matrix.py --records REPORTS --wall SECONDS             # figures of a run made elsewhere
+    python bench/bench_matrix.py --records REPORTS --wall SECONDS [--cpu S]   # figures of a run made elsewhere
 
 Cold: new venvs and no records (uv's own cache as this user has it: say which when quoting figures).
 Warm: the venvs exist, every cell runs again (--rerun). For each: the wall seconds of the whole `envmatrix run`;
 the work, the sum of every environment's preparation and every cell's probe seconds (what one slot would take
 end to end); the critical path, the longest preparation + cell chain (no schedule can beat it); and
-wall/work (1.0: nothing overlapped; the issue's target is <= 0.6) and wall/critical path. Figures are from
-the records each run wrote, so they say what happened, machine load included: quote `uptime` beside them.
+wall/work (1.0: nothing overlapped; the issue's target is <= 0.6) and wall/critical path. The records' work
+leaves out what no record holds (each fork helper's imports, where the environment's bytecode is now written;
+resolving; the report), so the CPU seconds of every process the run started are printed beside it (for a run
+made elsewhere: `--cpu`, from /usr/bin/time), with wall / (cpu / cores): 1.0 keeps every core busy. Figures
+are from the records each run wrote, so they say what happened, machine load included: quote `uptime` beside them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -68,12 +72,20 @@ def show(label: str, wall: float, f: Figures) -> None:
         print(f"  wall / critical path {wall / f.critical_s:8.2f}")
 
 
-def timed_run(args: list[str]) -> float:
-    start = time.perf_counter()
+def timed_run(args: list[str]) -> tuple[float, float]:
+    """Wall seconds and the CPU seconds of every process the run started (user + system, children reaped): the
+    records' work leaves out what no record holds (each fork helper's imports, resolving, the report)."""
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-m", "envmatrix", "run", *args], capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         sys.exit(f"envmatrix run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
-    return time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter() - start, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def show_cpu(wall: float, cpu: float) -> None:
+    cores = os.cpu_count() or 1
+    print(f"  cpu, every process   {cpu:8.1f} s  (wall / (cpu / {cores} cores) {wall / (cpu / cores):.2f}: 1.0 keeps every core busy)")
 
 
 def main() -> None:
@@ -83,12 +95,15 @@ def main() -> None:
     parser.add_argument("--jobs", help="cells at once (default: envmatrix's, what the host carries)")
     parser.add_argument("--records", type=Path, help="figures of an existing run: its reports folder (with --wall)")
     parser.add_argument("--wall", type=float, help="that run's wall seconds")
+    parser.add_argument("--cpu", type=float, help="that run's CPU seconds, user + system (/usr/bin/time's %%U + %%S)")
     args = parser.parse_args()
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1, 5, 15 min) on {os.cpu_count()} cores")
     if args.records is not None:
         if args.wall is None:
             parser.error("--records needs --wall SECONDS")
         show(f"run in {args.records}", args.wall, figures(load_records(args.records / "results")))
+        if args.cpu:
+            show_cpu(args.wall, args.cpu)
         return
     uv_cache = os.environ.get("UV_CACHE_DIR", "uv's default (the user's)")
     print(f"uv cache: {uv_cache}")
@@ -97,11 +112,13 @@ def main() -> None:
         venvs, reports = tmp / "venvs", tmp / "reports"
         common = ["--profile", args.profile, "--venvs", str(venvs), "--reports", str(reports), *(f"--only={p}" for p in args.only)]
         common += ["--jobs", args.jobs] if args.jobs else []
-        cold = timed_run(common)
+        cold, cold_cpu = timed_run(common)
         show("cold (new venvs, no records)", cold, figures(load_records(reports / "results")))
+        show_cpu(cold, cold_cpu)
         shutil.rmtree(reports)
-        warm = timed_run([*common, "--rerun"])
+        warm, warm_cpu = timed_run([*common, "--rerun"])
         show("warm (venvs exist, every cell again)", warm, figures(load_records(reports / "results")))
+        show_cpu(warm, warm_cpu)
 
 
 if __name__ == "__main__":
