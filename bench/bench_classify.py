@@ -1,6 +1,6 @@
 """Classify generated training logs: prints seconds, throughput and peak memory (RSS) for each.
 
-    python bench/bench_classify.py [--size-mb 1024] [--kind normal|adversarial|both] [--keep DIR]
+    python bench/bench_classify.py [--size-mb 1000] [--kind normal|adversarial|both] [--keep DIR]
 
 `normal`: realistic noise (progress bars with \\r, rank-prefixed INFO lines, healthy metric dicts, ANSI
 colours) with a SIGFPE of rank 1 followed by rank 0's NCCL watchdog near the end.
@@ -55,19 +55,21 @@ def measure(path: Path) -> None:
     # Classify in a fresh process so its peak RSS is the classifier's alone.
     code = (
         "import resource,time,json; from envmatrix.cli import main; t=time.perf_counter();"
-        f"main(['classify', {str(path)!r}, '--json']); "
+        f"rc=main(['classify', {str(path)!r}, '--json']); print('exit', rc); "
         "print('seconds', round(time.perf_counter()-t, 2)); "
         "print('peak_rss_mib', round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024, 1))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     print(out.strip())
+    if int(out.split("exit", 1)[1].split()[0]) == 2:
+        sys.exit(f"classify refused {path} (exit 2): larger than the bound on a log (probes/untrusted.py)? use a smaller --size-mb")
     secs = float(out.split("seconds")[1].split()[0])
     print(f"throughput {path.stat().st_size / 2**20 / secs:.0f} MiB/s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--size-mb", type=int, default=1000, help="the log's size (a log over 1 GiB is refused, so 1000 by default)")
     parser.add_argument("--kind", choices=("normal", "adversarial", "both"), default="both")
     parser.add_argument("--keep", default=None, help="folder to keep the generated logs in")
     args = parser.parse_args()
