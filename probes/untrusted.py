@@ -67,6 +67,9 @@ RECORD = Kind("a record", 16 * MIB, max_depth=64)
 PROBE_RESULT = Kind("a probe result", 4 * MIB, max_depth=64)
 #: A published table's index.json (`report --results URL`): about 300 bytes an entry, 20,000 records at most.
 PUBLISHED_INDEX = Kind("a site index", 8 * MIB, max_values=20_000)
+#: A package's page on an index's simple API (`watch`, `bisect`): PyPI's JSON page for torch, the largest a training
+#: stack asks for, is about 3 MB.
+INDEX_PAGE = Kind("an index page", 64 * MIB)
 #: One signed attestation (a DSSE envelope of one cell's statement: a few KiB).
 ATTESTATION = Kind("an attestation", 1 * MIB)
 #: A PEM key (`publish --sign-key`, `report --trust`): an ed25519 public key is about 113 bytes.

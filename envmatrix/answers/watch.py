@@ -24,7 +24,6 @@ from .bisect import Bisection
 RELEASE_AXES = ("torch", "transformers", "flash_attn")
 
 
-# replaced by plan's scenario-axis function on merge
 def affects(axis: str, scenario: Scenario, gpu: str) -> bool:
     """Whether a new release of `axis` can change the scenario's outcome: an environment axis always; a package axis
     when the scenario depends on it (plan.eligibility.depends_on, the one owner), or when it is a package that no

@@ -28,15 +28,16 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from probes import untrusted
+
 from ..errors import InputError
 from ..host.pipconfig import PipSettings, read_pip_settings, torch_index_url
 
 PYPI = "https://pypi.org/simple"
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
-#: Bounds on what an index may send (to move into the bounds module on merge): PyPI's JSON page for torch,
-#: the largest a training stack asks for, is about 3 MB; one core-metadata file is a few KB.
-MAX_PAGE_BYTES = 64 << 20
-MAX_METADATA_BYTES = 1 << 20
+#: What one index page may send: its owner is probes/untrusted.py, with the bounds on every file envmatrix reads
+#: from elsewhere; the time a request may take is the network's, here.
+MAX_PAGE_BYTES = untrusted.INDEX_PAGE.max_bytes
 TIMEOUT_S = 30.0
 
 #: The distribution behind each built-in axis that is a release on an index (cuda, gpu and python are not);
