@@ -5,8 +5,8 @@ is now; per class; and every miss with the class given and its evidence.
     python bench/bench_heldout.py [--before COMMIT] [--misses] [FOLDER...]
 
 Sets: tests/data/heldout-logs-2 (gathered 2026-11-25, before the rebuild), tests/data/heldout-logs (the first held-out
-set), tests/data/real-logs (the tuning corpus). A folder holds `*.log` files and an INDEX.tsv whose first two columns
-are the file and its expected class.
+set), tests/data/real-logs (the tuning corpus), tests/data/heldout-logs-3 (gathered 2026-11-27, after the rebuild).
+A folder holds `*.log` files and an INDEX.tsv whose first two columns are the file and its expected class.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from envmatrix.verdict.logscan import scan_stream
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 HELDOUT = DATA / "heldout-logs-2"
-SETS = (HELDOUT, DATA / "heldout-logs", DATA / "real-logs")
+#: The third held-out set (gathered 2026-11-27 by readers who never saw the classifier).
+HELDOUT_3 = DATA / "heldout-logs-3"
+SETS = (HELDOUT, DATA / "heldout-logs", DATA / "real-logs", HELDOUT_3)
 #: The classifier before issue 32 (wordings only).
 BEFORE = "f667aff"
 

@@ -175,11 +175,19 @@ _CUDA_CONTEXT = r"(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|failed\s+with\s+e
 _NCCL_CONTEXT = r"(?i:nccl)[^\n]{0,160}?"
 
 
+#: A kernel's own assertion, as CUDA's device-side `assert` prints it before the runtime reports cudaErrorAssert (the
+#: process usually dies before any exception is printed): `Indexing.cu:1422: indexSelectLargeIndex: block: [31,0,0],
+#: thread: [0,0,0] Assertion `srcIndex < srcSelectDimSize` failed.` The format is the device runtime's, whatever the kernel.
+_DEVICE_ASSERT = r"block:\s*\[\d+,\s*\d+,\s*\d+\],\s*thread:\s*\[\d+,\s*\d+,\s*\d+\]\s*Assertion\b"
+#: The enum name each printed form without a number or name stands for.
+_FORMS = {"device_assert": "cudaErrorAssert"}
+
 #: Where a code may be printed (a small pattern for a log scanner's single pass, RE2 syntax): an enum name of any family,
-#: or the words a wrapper puts before a message or a number. `find` then reads the codes from that line.
+#: the words a wrapper puts before a message or a number, or a kernel's assertion. `find` then reads the codes from that line.
 TRIGGER = (
     r"\b(?:cudaError[A-Z]\w*|CUDA_ERROR_[A-Z_]+|nccl[A-Z]\w*|CUBLAS_STATUS_[A-Z_]+|CUDNN_STATUS_[A-Z_]+)\b"
     r"|(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|failed\s+with\s+error)|nccl\s+error|\berror\s+\d{1,4}\s*:|\bcode\s*=\s*\d)"
+    r"|" + _DEVICE_ASSERT
 )
 #: How much of a text `find` searches.
 FIND_CHARS = 4000
@@ -188,7 +196,7 @@ FIND_CHARS = 4000
 @cache
 def patterns() -> dict[str, str]:
     """Patterns generated from the table, each with a group VALUE that `lookup` resolves: every enum name; each family's
-    messages after the words its wrappers print; numbered forms (`code=700(...)`, `CUDA error 700`)."""
+    messages after the words its wrappers print; numbered forms (`code=700(...)`, `CUDA error 700`); a kernel's assertion."""
     names = [c.name for c in table()]
     cuda = [m for c in table() if c.family in ("cuda_runtime", "cuda_driver") for m in c.messages if len(m) >= 12]
     nccl = [m.split(" (run with")[0] for c in table() if c.family == "nccl" for m in c.messages]
@@ -197,6 +205,7 @@ def patterns() -> dict[str, str]:
         "cuda_message": _CUDA_CONTEXT + r"(?P<VALUE>(?i:" + _alternation(cuda) + r"))",
         "nccl_message": _NCCL_CONTEXT + r"(?P<VALUE>(?i:" + _alternation(nccl) + r"))",
         "cuda_number": r"(?i:cuda\s+error\s*[:=]?\s*|\bcode\s*=\s*)(?P<VALUE>\d{1,4})\b",
+        "device_assert": r"(?P<VALUE>" + _DEVICE_ASSERT + r")",
     }
 
 
@@ -210,6 +219,8 @@ def lookup(kind: str, value: str) -> Code | None:
         return next((c for c in table() if c.family == "nccl" and any(_norm(m).startswith(_norm(value)) for m in c.messages)), None)
     if kind == "cuda_number":
         return by_number("cuda_runtime", int(value))
+    if kind in _FORMS:
+        return by_name(_FORMS[kind])
     return None
 
 

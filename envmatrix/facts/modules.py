@@ -45,7 +45,7 @@ STACK: frozenset[str] = frozenset(
         "ray", "flash_attn", "xformers", "triton", "bitsandbytes", "datasets", "tokenizers", "safetensors", "huggingface_hub",
         "apex", "colossalai", "nemo", "lightning", "pytorch_lightning", "fairscale", "torchtune", "axolotl", "llamafactory",
         "swift", "unsloth", "liger_kernel", "flashinfer", "open_r1", "lmdeploy", "tensorrt_llm", "transformer_engine", "nemo_rl",
-        "realhf", "areal", "slime", "roll", "easyr1", "mmengine", "diffusers", "timm", "jax", "tensorflow", "keras",
+        "realhf", "areal", "slime", "roll", "easyr1", "unsloth_zoo", "xtuner", "mmengine", "diffusers", "timm", "jax", "tensorflow", "keras",
     }
 )  # fmt: skip
 

@@ -35,7 +35,7 @@ _RANGES = (
         re.I,
     ),
     re.compile(
-        r"(?:(?P<who>[\w.-]+)\s+(?:currently\s+)?(?:only\s+)?)?supports?\s+(?P<pkg>[\w.-]+)\s+versions?:?\s+(?P<list>v?\d[\w.]*(?:,\s*v?\d[\w.]*)+)"
+        r"(?:(?P<who>[\w.-]+)\s+(?:currently\s+)?(?:only\s+)?)?supports?\s+(?P<pkg>[\w.-]+)\s+versions?:?\s+`?(?P<list>v?\d[\w.]*(?:`?,\s*`?v?\d[\w.]*)*)`?"
         r".{0,80}?(?:you have|found|installed)\s+(?:version\s+)?(?P<found>v?\d[\w.+]*)",
         re.I,
     ),
@@ -71,8 +71,10 @@ def read_range(text: str) -> Range | None:
                 needed = groups["spec"].replace(" ", "")
             elif groups.get("lo"):
                 needed = f"{groups['lo'].rstrip('.')} to {groups['hi'].rstrip('.')}"
+            elif "," in groups["list"]:
+                needed = "one of " + groups["list"].replace("`", "").rstrip(".")
             else:
-                needed = "one of " + groups["list"].rstrip(".")
+                needed = "==" + groups["list"].rstrip(".")
             return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])
     return None
 

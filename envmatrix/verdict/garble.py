@@ -8,7 +8,11 @@ pattern. Tokens are words, numbers and special tokens. Text of at least MIN_TOKE
 - one token repeats back to back RUN_LIMIT (16) times or more, or
 - the most common token is TOP_SHARE (0.5) or more of all tokens, or
 - REPEAT_SHARE (0.6) or more of its 3-grams repeat an earlier 3-gram (mostly one phrase), or
-- its letters come from 3 or more scripts, each SCRIPT_SHARE (0.15) of them or more;
+- its letters come from 3 or more scripts, each SCRIPT_SHARE (0.15) of them or more, or
+- its letters come from 3 or more scripts and a word glues letters of two of them that no writing joins inside a word
+  (`Gฉrucieleory`, `obligationsankerกระจายiente`): tokens drawn at random from a multilingual vocabulary are concatenated
+  without spaces, while text that mixes scripts keeps them apart, but for Latin inside Chinese, Japanese or Korean words
+  (`使用pip安装`, `GPU를`), which is allowed;
 
 and any text is garbled with a run of CHAR_RUN (24) of one letter, digit, `!` or `?`.
 
@@ -32,11 +36,14 @@ TOP_SHARE = 0.5
 REPEAT_SHARE = 0.6
 SCRIPT_SHARE = 0.15
 CHAR_RUN = 24
+NOT_TEXT = 0.02  # a larger share of undecodable bytes (U+FFFD) is binary noise, not text a model wrote
 MAX_CHARS = 1 << 14  # a longer text is judged on its first 16 KiB: the measure stays cheap on any input
 
 _TOKEN = re.compile(r"<\|?[^\s<>|]{1,40}\|?>|\w+")
 _CHAR_RUN = re.compile(r"([^\W_]|[!?])\1{" + str(CHAR_RUN - 1) + "}")
 _SCRIPT_ALIASES = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HALFWIDTH": "CJK", "FULLWIDTH": "LATIN"}
+#: Scripts that real writing joins inside one word: Latin words and particles run into Chinese, Japanese and Korean text.
+_JOINED = {"LATIN", "CJK", "HANGUL"}
 
 
 @dataclass(frozen=True)
@@ -46,13 +53,22 @@ class Garble:
     reason: str
 
 
+def _script(ch: str) -> str:
+    script = unicodedata.name(ch, "UNKNOWN").split(" ")[0]
+    return _SCRIPT_ALIASES.get(script, script)
+
+
 def _scripts(text: str) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for ch in text:
-        if ch.isalpha():
-            script = unicodedata.name(ch, "UNKNOWN").split(" ")[0]
-            counts[_SCRIPT_ALIASES.get(script, script)] += 1
-    return counts
+    return Counter(_script(ch) for ch in text if ch.isalpha())
+
+
+def _glued(tokens: list[str]) -> str | None:
+    """The first word whose letters come from two scripts that writing never joins inside a word."""
+    for tok in tokens:
+        scripts = {_script(ch) for ch in tok if ch.isalpha()}
+        if len(scripts) > 1 and not scripts <= _JOINED:
+            return tok
+    return None
 
 
 def _longest_run(tokens: list[str]) -> tuple[int, str]:
@@ -72,6 +88,12 @@ def garbled(text: str) -> Garble | None:
         return Garble(f"one character {run.group(1)!r} repeated {len(run.group(0))}+ times")
     tokens = _TOKEN.findall(text)
     n = len(tokens)
+    scripts = _scripts(text)
+    letters = sum(scripts.values())
+    undecodable = text.count("\ufffd") > len(text) * NOT_TEXT  # binary noise decoded with errors is no generation
+    if letters >= MIN_TOKENS and len(scripts) >= 3 and not undecodable and (word := _glued(tokens)) is not None:
+        # judged on letters, not tokens: Chinese and Thai run many letters into one token
+        return Garble(f"letters from {len(scripts)} scripts ({', '.join(sorted(scripts))}), glued inside words such as {word!r}")
     if n < MIN_TOKENS:
         return None
     length, token = _longest_run(tokens)
@@ -84,8 +106,6 @@ def garbled(text: str) -> Garble | None:
     repeats = len(grams) - len(set(grams))
     if grams and repeats / len(grams) >= REPEAT_SHARE:
         return Garble(f"{repeats / len(grams):.0%} of its {len(grams)} 3-grams repeat an earlier one")
-    scripts = _scripts(text)
-    letters = sum(scripts.values())
     mixed = sorted(s for s, c in scripts.items() if c >= SCRIPT_SHARE * letters)
     if letters >= MIN_TOKENS and len(mixed) >= 3:
         return Garble(f"letters from {len(mixed)} scripts mixed ({', '.join(mixed)})")

@@ -13,7 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..facts.modules import distribution
+from ..facts.modules import DISTRIBUTIONS, distribution, stack_package
+from .tracebacks import frame_of
 
 _NAME = r"([A-Za-z_][\w.-]*?)"
 _WORDINGS = (
@@ -29,7 +30,7 @@ _REMOTE = re.compile(r"This\s+modeling\s+file\s+requires\s+the\s+following\s+pac
 _SUBJECT = re.compile(r"([A-Za-z_]\w*)\s+requires\s+the\s+\S+\s+library")
 _CANNOT = re.compile(r"cannot import name '?(\w+)'? from '?([A-Za-z_][\w.]*)'?")
 _LAZY = re.compile(r"Failed to import ([A-Za-z_]\w*)\.[\w.]+ because of the following error")
-_FRAME = re.compile(r'File "[^"]*?[/\\](?:site|dist)-packages[/\\]([A-Za-z_]\w*)[/\\.]')
+_FRAME = re.compile(r'File "(?P<path>[^"\n]{1,1000})", line \d+')
 
 
 @dataclass(frozen=True)
@@ -67,14 +68,14 @@ def read_missing(line: str, context: Sequence[str] = ()) -> Missing | None:
 
 def importer(context: Sequence[str], module: str) -> str | None:
     """The package that imported `module`: the lazy-import message if the traceback has one, else the
-    innermost site-packages frame outside the module itself."""
-    top = module.split(".")[0]
+    innermost frame of an installed package or a stack checkout (tracebacks.frame_of) outside the module itself."""
+    top = distribution(module)
     for line in reversed(context):
         if m := _LAZY.search(line):
             return m.group(1)
     for line in reversed(context):
-        if (m := _FRAME.search(line)) and m.group(1) not in (top, "importlib"):
-            return m.group(1)
+        if (m := _FRAME.search(line)) and (package := frame_of(m.group("path"), None, "").package) not in ("", "python", top, "importlib"):
+            return package
     return None
 
 
@@ -86,6 +87,20 @@ def remedy(missing: Missing) -> str:
             f"{missing.module} has no {missing.name}: the installed {missing.install} and "
             f"{who or 'the code importing it'} are releases that do not go together; pin {missing.install} to the range "
             f"{who or 'that code'} supports, or upgrade {who or 'it'}"
+        )
+    top, _, sub = missing.module.partition(".")
+    if not (stack_package(top) or top in DISTRIBUTIONS):
+        sub = ""  # a folder of the user's own, perhaps: say no more than the log does
+    if sub and sub.split(".")[0].startswith("_"):  # `vllm._C`: the package's own compiled part
+        return (
+            f"{top} is installed but its compiled module {missing.module} is not: a source checkout or a broken install; "
+            f"reinstall the {missing.install} wheel built for this Python, torch and CUDA"
+        )
+    if sub:  # Python names the first part that is missing: `top` itself imported
+        return (
+            f"{top} is installed, but this release of {missing.install} has no module {missing.module}: "
+            f"{who or 'the code importing it'} was written for another release; install the {missing.install} release it was "
+            f"written for, or upgrade {who or 'that code'}"
         )
     pin = f", or pin {who} to a release that works with this stack without it" if who and missing.package else ""
     return f"{missing.module} is not installed and {who or 'the code'} imports it: install it (pip install {missing.install}){pin}"

@@ -29,6 +29,7 @@ from ..facts.enginefailures import FAILURES as ENGINE_FAILURES
 from .garble import garbled
 from .lines import clean, unflatten
 from .rules import Judged, judge
+from .tracebacks import PROGRESS as _PROGRESS
 from .tracebacks import Raised, Reader
 
 CHUNK = 1 << 20
@@ -151,12 +152,16 @@ _METRIC = rb"(?P<metric>(?P<mkey>grad[ _]norm|reward_std|frac_reward_zero_std)" 
 # any loss or gradient norm, however named (`critic/vf_loss:nan`, `'policy_loss': nan`, `loss=tensor(nan`)
 _NONFINITE = _KEYCH + rb"*(?i:loss|grad[ _]norm)" + _KEYCH + rb"*" + _SEP + rb"-?(?i:nan|inf(?:inity)?)\b"
 _GEN: dict[str, bytes] = {
-    "labelled": rb"(?i:\b(?:completions?|generations?|generated(?:_text)?|outputs?|responses?|predictions?|preds?|samples?|answers?|decoded)\b['\"]?\s*[:=])",
+    # a label, or the field a server's JSON answer carries the text in (`Generated text:`, `{"text": …}`, `"content":`)
+    "labelled": rb"(?i:\b(?:completions?|generations?|generated(?:[ _]text)?|outputs?|responses?|predictions?|preds?|samples?|answers?|decoded"
+    rb"|text|content)\b['\"]?\s*[:=])",
     "special_run": rb"(?:<\|?[\w.-]{1,30}\|?>(?:\\n|\s){0,4}){8}",
     "ids": rb"(?:\d+,(?:\s|\[[^\]\n]*\]|:|\x1b\[[0-9;]*m)*){9}\d",
     "word_run": rb"(?:[A-Za-z]+[^\w\n]{1,3}){24}",
     "char_run": rb"0{24}|1{24}|2{24}|3{24}|4{24}|5{24}|6{24}|7{24}|8{24}|9{24}",
     "non_ascii": rb"[^\x00-\x7f]{40}",
+    # a letter of another script between Latin letters, no space between (`ağrıAllWindows`): salad of multilingual tokens
+    "glued": rb"[A-Za-z][^\x00-\x7f]{1,8}[A-Za-z]",
 }
 #: Where a traceback or an exception may start, behind any prefix: a traceback header, a frame, faulthandler's dump, an
 #: exception type (`…Error`, `…Exception`, `ray.exceptions.RayTaskError(OutOfMemoryError)`) followed by `:`, `(` or the line
@@ -176,6 +181,9 @@ COLUMNS = {"training_loss": "loss", "train_loss": "loss", "grad norm": "grad_nor
 _STRIP = re.compile(rb"\[[^\]\n]{0,80}\]|\r[^\n]{0,400}")
 _LIST_LINE = re.compile(rb"[\s:]*\d+\s*,")  # a line that goes on with a list of numbers
 
+
+#: A logger's level that says a record reports a failure (in the prefix `lines.clean` removes).
+_ERROR_LEVEL = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|^E\d{4} ")
 
 #: Signatures whose hit keeps the lines before it (a traceback names the package that did the import).
 CONTEXT_OF = ("missing_module",)
@@ -378,6 +386,8 @@ class _Scanner:
                 done_to["gen"] = self._generated(buf, m, name[len("gen:") :], hit)
             elif name == "struct":
                 start = _line_start(buf, m.start())
+                if buf.startswith(b"Traceback", m.start()):
+                    self._announced(buf, start, line_no(start))
                 _, read_to = self.region(buf, start, line_no(start))
                 self.struct_left -= read_to - start
                 done_to["struct"] = max(read_to, pos)  # what was read is not read again
@@ -423,6 +433,24 @@ class _Scanner:
                     found = Hit(found.line_no, found.line, _before(buf, m.start()))
                 scan.hits[name] = found
                 self.todo.discard(name)
+
+    def _announced(self, buf: bytes, start: int, line_no: int) -> None:
+        """Hand the reader the ERROR record printed just before a traceback header (blank lines and progress bars between
+        are looked through, up to three lines), if there is one."""
+        end = start - 1
+        for back in (1, 2, 3):
+            if end <= 0:
+                return
+            lo = _line_start(buf, end)
+            raw = _ANSI.sub(b"", buf[max(lo, end - MAX_LINE) : end]).decode("utf-8", "replace").rstrip("\r").rsplit("\r", 1)[-1]
+            if raw.strip() and not _PROGRESS.search(raw):
+                logical = clean(raw)
+                at = raw.find(logical.text) if logical.text else -1
+                prefix = raw[:at] if at >= 0 else raw  # what clean() removed: the logger's time, level and tags
+                if logical.logged and _ERROR_LEVEL.search(prefix):
+                    self.reader.announce(logical, line_no - back)
+                return
+            end = lo - 1
 
     def region(self, buf: bytes, start: int, line_no: int) -> tuple[int, int]:
         """Read the lines from `start` as structure until REGION_GAP lines in a row are not part of a traceback (or

@@ -12,6 +12,7 @@ import re
 
 from ..facts import catalog, errorcodes
 from .evidence import Range, engine_layer, fallback, last_exception, ranges, strong
+from .imports import Missing, read_missing
 from .logscan import LogScan
 
 _KEYWORD = re.compile(r"(?P<callee>[\w.]+)\(\) got an unexpected keyword argument '(?P<name>\w+)'")
@@ -36,6 +37,8 @@ def api_mismatch(scan: LogScan) -> str | None:
     if judged is None:
         return f"{advice}; in a matrix, the finding's axes say which releases" if advice else None
     raised = judged.raised
+    if (imported := _imported(raised.value)) is not None:
+        return _import_advice(imported, _who(raised.package), advice)
     caller, called = raised.caller, raised.package
     pair = f"{_who(caller)} calls {_who(called)}" if caller and called else f"{_who(called or caller)} and the package it calls"
     detail = ""
@@ -50,6 +53,25 @@ def api_mismatch(scan: LogScan) -> str | None:
     fix = advice or (
         "align the two: install the release of the called package that the caller was written for, or upgrade the caller to a "
         "release written for the installed one (its changelog or setup.py names the range)"
+    )
+    return f"{head}; {fix}; in a matrix, the finding's axes say which releases"
+
+
+def _imported(message: str) -> Missing | None:
+    """The name (or submodule) an import asked of an installed package, where the message is an import failure."""
+    if not message.startswith(("cannot import name", "No module named")):
+        return None
+    return read_missing(message.split("\n", 1)[0])
+
+
+def _import_advice(missing: Missing, importer: str, advice: str | None) -> str:
+    """`megatron imports get_accelerator from deepspeed, which the installed deepspeed lacks: …` (the importing frame is the
+    import statement's: its package is the importer)."""
+    what = f"{missing.name} from {missing.module}" if missing.name else f"the module {missing.module}"
+    head = f"{importer} imports {what}, which the installed {missing.install} release does not have: the two are releases that do not go together"
+    fix = advice or (
+        f"install the {missing.install} release {importer} was written for, or move {importer} to a release written for the "
+        f"installed {missing.install} (its changelog or requirements name the range)"
     )
     return f"{head}; {fix}; in a matrix, the finding's axes say which releases"
 

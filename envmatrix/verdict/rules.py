@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ..facts import catalog, enginefailures, errorcodes
+from ..facts import catalog, enginefailures, errorcodes, modules
 from ..records.outcomes import OUTCOME_NAMES
 from .tracebacks import Raised
 
@@ -67,11 +67,19 @@ def _engine_names() -> str:
     return r"(?-i:\b(?:" + "|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True)) + r")\b)"  # names keep their case
 
 
+def _known_package() -> str:
+    """Import names of known distributions (the training stack, the names that install under another): a module Python
+    names is one of them."""
+    names = sorted(set(modules.STACK) | {n for n in modules.DISTRIBUTIONS if "." not in n}, key=len, reverse=True)
+    return "(?:" + "|".join(re.escape(n) for n in names) + ")"
+
+
 #: Words a rule may use as `{name}`: the failure's vocabulary in the words of many layers (written once here), and the
 #: names generated from the fact tables (GPUs and architectures, engine layers) so that the vocabulary grows with them.
 #: RE2-compatible (no look-around, no back-references): the log scanner compiles some into its single pass.
 VOCABULARY: dict[str, Callable[[], str]] = {
     "gpu_kind": _arch_words,
+    "known_package": _known_package,
     "gpu_refused": _gpu_refused,
     "engine_modules": _engine_modules,
     "engine_names": _engine_names,

@@ -45,7 +45,8 @@ _IGNORED = "Exception ignored in"
 _GLUED = re.compile(r"(?<=[)\]'\"])(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{0,80}(?:Error|Exception))(?::\s?(?P<value>.*))?$")
 #: A frame's source line that raises: what a traceback cut before its exception line was about to print.
 _RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.*)$")
-_PROGRESS = re.compile(r"^\d{1,3}%\||\d(?:it/s|s/it)[\],]")
+#: A progress bar (tqdm's): drawn between lines, never part of a message.
+PROGRESS = re.compile(r"^\d{1,3}%\||\d(?:it/s|s/it)[\],]")
 #: A C++ exception that ended the process (`terminate called after throwing an instance of 'c10::DistBackendError'`), its
 #: message on the `what():` line after.
 _CXX = re.compile(r"terminate called after throwing an instance of '(?P<type>[\w:<>]{1,200})'")
@@ -183,6 +184,7 @@ class _Stream:
     frame_line: int = 0  # the log line of the last frame read
     source: str = ""  # the source line printed under the last frame
     logged: bool = False  # whether the last exception line came through a logger (its message's lines do too)
+    announced: tuple[str, int] | None = None  # an ERROR record printed just before the traceback: its text and line
 
 
 class Reader:
@@ -193,13 +195,21 @@ class Reader:
         self.head: list[Raised] = []
         self.tail: list[Raised] = []
         self.seen = 0
+        self.message_at: tuple[str, int] | None = None  # (stream, line) of the last line that was an exception's message
 
     def feed(self, logical: Logical, line_no: int) -> bool:
         """Read one line; True when it was part of a traceback or an exception (the scanner stops a region after a few
         lines that are not)."""
-        st = self.streams.setdefault(logical.stream, _Stream())
+        wrapped = self._wrapped(logical, line_no)
+        if wrapped is not None:
+            self._join(wrapped, logical.text, line_no)
+            return True
+        stream = logical.stream
+        st = self.streams.setdefault(stream, _Stream())
         text = logical.text
-        if _PROGRESS.search(text):
+        if PROGRESS.search(text):
+            if self.message_at is not None and self.message_at[1] == line_no - 1:
+                self.message_at = (self.message_at[0], line_no)  # a bar drawn inside a wrapped message does not end it
             return False  # a progress bar drawn between a message's lines: not part of it, and it does not end it
         if not text:
             st.value_lines = 0
@@ -255,8 +265,33 @@ class Reader:
             text = _WHAT.sub("", text)
             st.last = replace(last, value=(last.value + "\n" + text if last.value else text)[:MAX_VALUE])
             self._replace(last, st.last)
+            self.message_at = (stream, line_no)
             return True
         return False
+
+    def _wrapped(self, logical: Logical, line_no: int) -> str | None:
+        """The stream whose message this line goes on with, when a terminal wrapped it: a line starting in lower case right
+        under a message line, without the innermost prefix that line had (`(EngineCore pid=3) … (4.26 GiB KV cach` /
+        `e is needed, …`; a launcher's own prefix, such as a rank's, is on both)."""
+        at = self.message_at
+        if at is None or at[1] != line_no - 1 or not logical.text[:1].islower() or logical.indent > 1:
+            return None
+        outer, inner = set(filter(None, logical.stream.split("/"))), set(filter(None, at[0].split("/")))
+        return at[0] if outer < inner and self.streams[at[0]].last is not None else None
+
+    def _join(self, stream: str, text: str, line_no: int) -> None:
+        """A wrapped line's part of its stream's message (see `_wrapped`), joined without a line break."""
+        st = self.streams[stream]
+        last = st.last
+        if last is not None:
+            st.last = replace(last, value=(last.value + text)[:MAX_VALUE])
+            self._replace(last, st.last)
+        self.message_at = (stream, line_no)
+
+    def announce(self, logical: Logical, line_no: int) -> None:
+        """An ERROR-level log record printed just before a traceback: engines log what failed and then raise, so where the
+        traceback is cut before its exception line, this record is what it raised."""
+        self.streams.setdefault(logical.stream, _Stream()).announced = (logical.text[:MAX_VALUE], line_no)
 
     def _frame(self, st: _Stream, frame: Frame) -> None:
         if st.fatal is None and not st.in_traceback:
@@ -286,8 +321,10 @@ class Reader:
             cause=cause,
         )
         st.frames, st.in_traceback, st.after_frame, st.cause_next, st.ignored_next = [], False, False, False, False
+        st.announced = None
         self._emit(st, raised)
         st.value_lines, st.logged = 1, logged
+        self.message_at = (stream, line_no)
 
     def _emit(self, st: _Stream, raised: Raised) -> None:
         st.last = raised
@@ -315,8 +352,12 @@ class Reader:
 
     @staticmethod
     def _cut(name: str, st: _Stream) -> Raised:
-        """A traceback whose exception line is missing; a `raise X("…")` under its last frame says what it raised."""
+        """A traceback whose exception line is missing; a `raise X("…")` under its last frame says what it raised, else the
+        ERROR record printed just before the traceback (`announce`)."""
         raised = _RAISE.match(st.source)
+        if raised is None and st.announced is not None:
+            text, line_no = st.announced
+            return Raised("", text, tuple(st.frames), line_no, text[:400], name, truncated=True)
         if raised is None:
             return Raised("", "", tuple(st.frames), st.frame_line, "(a traceback cut before its exception line)", name, truncated=True)
         value = raised.group("value").rstrip(")").strip().strip("\"'f")

@@ -27,6 +27,8 @@ REAL_LOGS = Path(__file__).resolve().parents[2] / "data" / "real-logs"
         ("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!", "one character"),
         (", ".join(["151644"] * 20), "repeated"),
         ("pred: " + "ab cd " * 20, "3-grams"),
+        # token salad: words drawn from a multilingual vocabulary, glued without spaces
+        ("Generated text: 'mountainเรือnorth 川口riverbed stoneщель over the hill'", "glued inside words"),
     ],
 )
 def test_garbled_shapes(text: str, why: str) -> None:
@@ -44,6 +46,9 @@ def test_garbled_shapes(text: str, why: str) -> None:
         "input_ids: [151644, 8948, 198, 2610, 525, 264, 10950, 17847, 13, 151645, 198, 151644, 872, 198, 3838, 374, 220, 17]",
         "short",
         "x = 0x0000000000000000 at address 0x7ffd, memory ok, registers saved",
+        # scripts that real writing joins inside a word: Latin in Chinese, Japanese and Korean text
+        "先用pip安装vllm，然后在GPU上运行，再用모델을 测试 一下，最后 checkをする。",
+        "Hello world, 你好世界 and Привет мир in three scripts, each word whole",
     ],
 )
 def test_text_that_reads_as_text(text: str) -> None:

@@ -112,6 +112,19 @@ USER = ("/home/me/grpo/train.py", 40, "main")
         # a GPU too old in a compiler's and an engine's words
         ("triton.compiler.errors.CompilationError: at 3:4: type bf16 is not supported on sm_70 targets\n", "unsupported_gpu", "sm_70"),
         ("ValueError: FP8 weights need a GPU of compute capability 8.9 or above; this one is 8.0\n", "unsupported_gpu", "8.9"),
+        # a kernel's own assertion, printed by the device before the process dies: a device-side assert (CUDA 710)
+        (
+            "epoch 3: 41%|████ | 410/1000\n/src/kernels/gather.cu:77: gatherKernel: block: [12,0,0], thread: [5,0,0] Assertion `idx < n` failed.\n",
+            "crash",
+            "cudaErrorAssert",
+        ),
+        # an engine logs the cause and raises; the traceback is cut before its exception line
+        (
+            "ERROR 03-04 05:06:07 [worker.py:88] fp8 kernels need a GPU of compute capability 8.9 or newer; this device is sm_80\n"
+            + tb(USER, (f"{SP}/sglang/srt/model_executor/runner.py", 31, "__init__"), exc=""),
+            "unsupported_gpu",
+            "8.9",
+        ),
         # exception lines behind logger prefixes are exceptions, so the run failed
         ("2026-01-02 03:04:05,678 - trainer - ERROR - KeyError: 'input_ids'\n", "error", "KeyError"),
         ("(RolloutWorker pid=4242) [2026-01-02 03:04:05] ValueError: reward function returned 3 values for 4 completions\n", "error", "ValueError"),
@@ -231,3 +244,32 @@ def test_log_records_after_an_exception_are_not_its_message() -> None:
     )
     v = verdict(log)
     assert v.outcome == "error" and "reward function" in v.evidence
+
+
+def test_an_info_record_before_a_cut_traceback_is_not_its_message() -> None:
+    """Only an ERROR-level record announces what a cut traceback raised; an INFO line above it is just a log line."""
+    log = "INFO 03-04 05:06:07 [runner.py:9] KV cache too small for 4096 tokens? checking\n" + tb(
+        USER, (f"{SP}/vllm/engine/llm_engine.py", 274, "__init__"), exc=""
+    )
+    assert verdict(log).outcome != "oom"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected", "outcome"),
+    [
+        # `top` imported (Python names the first missing part), so the installed release lacks the submodule
+        ("ModuleNotFoundError: No module named 'accelerate.utils.deepspeed_v9'", "the module accelerate.utils.deepspeed_v9", "api_mismatch"),
+        ("ModuleNotFoundError: No module named 'vllm._C'", "compiled module vllm._C", "missing_module"),
+        ("ModuleNotFoundError: No module named 'liger_kernel'", "pip install liger-kernel", "missing_module"),
+        ("ModuleNotFoundError: No module named 'myproject.rewards'", "pip install myproject", "missing_module"),
+    ],
+)
+def test_an_import_failure_knows_what_python_already_imported(line: str, expected: str, outcome: str) -> None:
+    v = verdict(tb(USER, exc=line))
+    assert v.outcome == outcome and expected in v.remedy, v
+
+
+def test_the_importer_of_a_missing_name_is_read_from_a_source_checkout() -> None:
+    log = tb(("/work/Megatron-LM/megatron/core/utils.py", 13, "<module>"), exc="ImportError: cannot import name 'get_widget' from 'deepspeed'")
+    v = verdict(log)
+    assert v.outcome == "api_mismatch" and "megatron imports get_widget from deepspeed" in v.remedy, v

@@ -48,8 +48,22 @@ def test_a_name_a_module_lacks_is_a_version_mismatch() -> None:
         "ImportError: cannot import name 'top_k_top_p_filtering' from 'transformers' (/v/lib/python3.11/site-packages/transformers/__init__.py)\n"
     )
     verdict = classify(RunFacts(scan=scan_text(log), exit_code=1))
-    assert verdict.outcome == Outcome.MISSING_MODULE and "imported by trl" in verdict.evidence
-    assert "transformers has no top_k_top_p_filtering" in verdict.remedy and "do not go together" in verdict.remedy
+    assert verdict.outcome == Outcome.API_MISMATCH and "raised in trl" in verdict.evidence
+    assert "trl imports top_k_top_p_filtering from transformers, which the installed transformers release does not have" in verdict.remedy
+    assert "do not go together" in verdict.remedy
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a circular import and the user's own module are bugs of the code, not two releases
+        "ImportError: cannot import name 'x' from partially initialized module 'trl' (most likely due to a circular import) (/v/site-packages/trl/a.py)",
+        "ImportError: cannot import name 'helper' from 'myutils' (/home/me/project/myutils.py)",
+        "ModuleNotFoundError: No module named 'myproject.rewards'",
+    ],
+)
+def test_an_import_of_the_users_own_code_is_no_mismatch(line: str) -> None:
+    assert classify(RunFacts(scan=scan_text(line + "\n"), exit_code=1)).outcome == Outcome.MISSING_MODULE
 
 
 def test_a_warning_in_a_run_that_trained_is_not_a_failure() -> None:
