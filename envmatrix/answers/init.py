@@ -62,15 +62,29 @@ def _check(axis: str, value: str, where: str) -> str:
     return value
 
 
+def _unpinned(stack: Stack, needed: str) -> str:
+    """Why a required axis has no pin, in the words of what the file did say of it."""
+    if needed in stack.ranges:
+        return f"{needed}: it names {stack.ranges[needed][0]} at {stack.ranges[needed][1]}, not a pin"
+    if stack.about.get(needed):
+        return f"{needed}: {stack.about[needed][0]}"
+    return f"{needed}: not in the file"
+
+
 def environment_axes(stack: Stack, gpu: str, python: str) -> dict[str, Axis]:
     """cuda, torch, transformers, flash_attn, gpu, python from the stack (torch and transformers are required)."""
-    for needed in ("torch", "transformers"):
-        if needed not in stack.pins:
-            said = f" (it names {needed} {stack.ranges[needed][0]} at {stack.ranges[needed][1]}: not a pin)" if needed in stack.ranges else ""
-            raise InputError(f"{stack.source}: no exact {needed} pin{said}; init takes each axis's baseline from a pin such as {needed}==X.Y.Z")
+    missing = [needed for needed in ("torch", "transformers") if needed not in stack.pins]
+    if missing:
+        raise InputError(
+            f"{stack.source}: no exact pin of {' and '.join(missing)} ({'; '.join(_unpinned(stack, m) for m in missing)}); init takes each "
+            "axis's baseline from a pin such as torch==X.Y.Z+cu128: add the pins to a file that includes this one (-r), or, where "
+            "torch comes from a base image, run envmatrix init --current inside that image"
+        )
     torch = stack.pins["torch"]
     axes = {"torch": Axis([_check("torch", torch.version, torch.where)], f"{torch.where}: torch=={torch.version}{'+' + torch.local if torch.local else ''}")}
     tagged = catalog.cuda_from_tag(torch.local) if torch.local else None
+    if torch.local and tagged is None:
+        raise InputError(f"{torch.where}: torch {torch.version}+{torch.local} is not a CUDA or CPU build: envmatrix runs NVIDIA GPUs and CPUs")
     if gpu == "cpu":
         why = f"torch's build is +{torch.local}; " if tagged not in (None, "none") else ""
         axes["cuda"] = Axis(["none"], f"{why}the GPU type is cpu, so torch's CPU build (+cpu)")
@@ -80,13 +94,19 @@ def environment_axes(stack: Stack, gpu: str, python: str) -> dict[str, Axis]:
         builds = catalog.TORCH.get(catalog.minor(torch.version))
         if builds is None:
             raise InputError(
-                f"{torch.where}: torch {torch.version} has no local tag and is not in envmatrix's catalog: pin its build (torch=={torch.version}+cu128)"
+                f"{torch.where}: torch {torch.version} has no CUDA tag and is not in envmatrix's catalog: pin its build (torch=={torch.version}+cu128)"
             )
-        axes["cuda"] = Axis([builds.default_cuda], f"torch {torch.version} has no local tag: PyPI's default build for {catalog.minor(torch.version)} (catalog)")
+        said = f"torch's build is +{torch.local}, but the GPU type is {gpu}" if tagged == "none" else f"torch {torch.version} has no local tag"
+        axes["cuda"] = Axis([builds.default_cuda], f"{said}: PyPI's default build for {catalog.minor(torch.version)} (catalog)")
     tf = stack.pins["transformers"]
     axes["transformers"] = Axis([_check("transformers", tf.version, tf.where)], f"{tf.where}: transformers=={tf.version}")
     flash = stack.pins.get("flash-attn")
-    axes["flash_attn"] = Axis([_check("flash_attn", flash.version, flash.where)], f"{flash.where}") if flash else Axis(["none"], "no flash-attn pinned")
+    if flash is not None and gpu == "cpu":
+        axes["flash_attn"] = Axis(["none"], f"{flash.where}: flash-attn=={flash.version} needs a CUDA GPU; the GPU type is cpu, so none")
+    elif flash is not None:
+        axes["flash_attn"] = Axis([_check("flash_attn", flash.version, flash.where)], f"{flash.where}")
+    else:
+        axes["flash_attn"] = Axis(["none"], _unpinned(stack, "flash-attn").replace("flash-attn: not in the file", "no flash-attn in the file"))
     axes["gpu"] = Axis([_check("gpu", gpu, "--gpu")], "")  # its source: draft's Where
     axes["python"] = Axis([_check("python", python, "python")], "")
     return {axis: axes[axis] for axis in AXES}
@@ -110,6 +130,14 @@ def package_axes(stack: Stack, gpu: str) -> tuple[dict[str, Axis], list[str]]:
     other = sorted(set(stack.pins) - set(TRAINING_PACKAGES) - {"torch", "transformers", "flash-attn"})
     if other:
         notes.append(f"{len(other)} other pins are not axes (the installer resolves them): {', '.join(other[:12])}{' ...' if len(other) > 12 else ''}")
+    for name in ("torch", "transformers", "flash-attn", *TRAINING_PACKAGES):  # what the reader said of an axis's package
+        notes += stack.about.get(name, [])
+    indexes = [u for u in (stack.index_url, *stack.extra_index_urls, *stack.find_links) if u and "download.pytorch.org" not in u]
+    if indexes:
+        notes.append(
+            f"the file installs from {', '.join(indexes)[:200]}: envmatrix installs through pip's settings, so set PIP_INDEX_URL, "
+            "PIP_EXTRA_INDEX_URL or PIP_FIND_LINKS to the same for watch"
+        )
     return out, notes
 
 
@@ -214,6 +242,18 @@ def preflight_scenario(model_config: Path, grpo_config: Path | None, *, trainer:
     except ValueError:
         folder = str(model.folder)
     return replace(scenario, model=folder, description=f"{scenario.description}; written by envmatrix init")
+
+
+def unplannable(spec: Spec, profile: str) -> list[str]:
+    """Why no cell of the written profile would run, each reason once (empty when one would): a stack whose pins the
+    catalog cannot build (a flash-attn without a wheel for that torch) is said at once, not found by watch later."""
+    from ..plan.cells import PLANNED
+    from ..plan.expand import expand
+
+    cells = expand(spec, profile)
+    if any(c.status == PLANNED for c in cells):
+        return []
+    return list(dict.fromkeys(c.reason for c in cells if c.reason))
 
 
 # ---- text -----------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def handle(args: argparse.Namespace) -> int:
     where = init.Where(gpu, gpu_source, python, python_source)
     draft = init.draft(stack, name=args.profile, where=where, target=target, model_config=args.model_config, grpo_config=args.grpo_config)
     existed = target.exists()
-    init.write(target, draft)
+    spec = init.write(target, draft)
     console = Console()
     console.print(f"{'updated' if existed else 'wrote'} {escape(str(target))}: profile [bold]{escape(args.profile)}[/] from {escape(stack.source)}")
     for axis, value in [*draft.axes.items(), *draft.packages.items()]:
@@ -61,5 +61,13 @@ def handle(args: argparse.Namespace) -> int:
     console.print(f"  scenarios: {', '.join(n for n, _ in draft.scenarios)}")
     for note in draft.notes:
         console.print(f"  note: {escape(note)}")
+    reasons = init.unplannable(spec, args.profile)
+    if reasons:
+        err = Console(stderr=True)
+        err.print(f"[yellow]warning[/]: no cell of profile {escape(args.profile)} can run as written:")
+        for reason in reasons[:8]:
+            err.print(f"  {escape(reason)}")
+        err.print(escape("  edit the axis the reasons name (flash_attn: [none], a wheelhouse, another --gpu) before envmatrix watch"))
+        return 0
     console.print(f"next: envmatrix watch --file {escape(str(target))} --profile {escape(args.profile)}")
     return 0

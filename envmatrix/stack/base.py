@@ -45,6 +45,17 @@ class Stack:
     find_links: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ranges: dict[str, tuple[str, str]] = field(default_factory=dict)  # name → (specifier, where): read, but not a pin
+    about: dict[str, list[str]] = field(default_factory=dict)  # the notes on each package, by normalised name
+
+    def note(self, text: str, package: str = "") -> None:
+        """A note on what was read but not kept (or kept with a doubt); with `package`, init can say it beside that axis."""
+        self.notes.append(text)
+        if package:
+            self.about.setdefault(canonicalize_name(package), []).append(text)
+
+    def range(self, name: str, specifier: str, where: str) -> None:
+        """A requirement that names a package without pinning it (a range, or any release)."""
+        self.ranges[canonicalize_name(name)] = (specifier or "any release", where)
 
     def add(self, name: str, version: str, where: str) -> None:
         """Keep an exact pin; its version is checked as PEP 440 here (InputError naming `where`)."""
@@ -73,7 +84,7 @@ def read_bounded(path: Path, limit: int, what: str) -> str:
     except untrusted.Refused as exc:
         raise InputError(str(exc)) from None
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark (Windows editors) is no part of the text
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: not UTF-8 text (byte {raw[exc.start]:#04x}); a {what} is text") from None

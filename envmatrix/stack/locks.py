@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName, default_environment
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
@@ -84,6 +85,58 @@ def _packages(path: Path, text: str, data: dict[str, Any], key: str) -> list[tup
     return out
 
 
+def _environment(python: str | None) -> dict[str, str]:
+    """The marker environment a lock is read for: this host's platform, and the Python the stack is for."""
+    env = {key: str(value) for key, value in default_environment().items()}
+    if python:
+        env.update(python_version=python, python_full_version=f"{python}.0")
+    return env
+
+
+def _holds(markers: list[str], env: dict[str, str]) -> bool:
+    """Whether any of an entry's markers holds here (an entry without markers always does; one that cannot be evaluated
+    is kept: the reader does not guess)."""
+    if not markers:
+        return True
+    for text in markers:
+        try:
+            if Marker(text).evaluate(env):
+                return True
+        except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
+            return True
+    return False
+
+
+class _Forks:
+    """A package a lock holds more than once (forks by platform, Python or dependency group): the first entry that applies
+    here is kept, and one note lists every build, so the user sees which one the profile took."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.seen: dict[str, list[str]] = {}
+        self.kept: set[str] = set()
+
+    def keep(self, name: str, version: str, *, applies: bool = True) -> bool:
+        """True for the first entry of a package that applies here; every entry is recorded for the note."""
+        key = canonicalize_name(name)
+        self.seen.setdefault(key, []).append(version)
+        first = applies and key not in self.kept
+        if first:
+            self.kept.add(key)
+        return first
+
+    def say(self) -> None:
+        for key, builds in self.seen.items():
+            if len(set(builds)) > 1 and key in self.stack.pins:
+                pin = self.stack.pins[key]
+                kept = pin.version + (f"+{pin.local}" if pin.local else "")
+                self.stack.note(
+                    f"{pin.where}: {key} is locked as {', '.join(dict.fromkeys(builds))} (forks by platform, Python or group); "
+                    f"kept {kept}, the first that applies here: edit the profile if your team runs another",
+                    key,
+                )
+
+
 def read_pylock(path: Path) -> Stack:
     """PEP 751: `lock-version` 1.x, `requires-python`, and a `[[packages]]` table per package (a package
     without a version, a directory or VCS source, is the team's own code, not an axis)."""
@@ -93,11 +146,19 @@ def read_pylock(path: Path) -> Stack:
         raise InputError(f"{path}:{_key_line(text, 'lock-version')}: lock-version {printable(str(version))[:20]!r}: this reader knows PEP 751 lock-version 1.x")
     stack = Stack(source=str(path))
     stack.python = _python(path, text, data)
+    env, forks = _environment(stack.python[0] if stack.python else None), _Forks(stack)
     for where, entry in _packages(path, text, data, "packages"):
         if "version" not in entry:
-            stack.notes.append(f"{where}: {entry['name']} has no version (a directory or VCS source): not an axis")
+            stack.note(f"{where}: {entry['name']} has no version (a directory or VCS source): not an axis", entry["name"])
             continue
-        stack.add(entry["name"], _with_local(entry["version"], _wheel_names(entry.get("wheels"))), where)
+        marker = entry.get("marker")
+        if isinstance(marker, str) and not _holds([marker], env):
+            stack.note(f"{where}: {entry['name']} {entry['version']} left out: its marker ({printable(marker)[:120]}) is false here", entry["name"])
+            continue
+        version = _with_local(entry["version"], _wheel_names(entry.get("wheels")))
+        if forks.keep(entry["name"], version):
+            stack.add(entry["name"], version, where)
+    forks.say()
     return stack
 
 
@@ -109,16 +170,21 @@ def read_uv_lock(path: Path) -> Stack:
         raise InputError(f"{path}: no `version = 1` at the top: not a uv.lock")
     stack = Stack(source=str(path))
     stack.python = _python(path, text, data)
+    env, forks = _environment(stack.python[0] if stack.python else None), _Forks(stack)
+    local = 0
     for where, entry in _packages(path, text, data, "package"):
         source: dict[str, Any] = entry["source"] if isinstance(entry.get("source"), dict) else {}
         if "version" not in entry or any(k in source for k in ("editable", "virtual", "directory")):
-            stack.notes.append(f"{where}: {entry['name']} is the project or a local folder: not an axis")
+            local += 1
             continue
-        key = canonicalize_name(entry["name"])
-        if key in stack.pins and stack.pins[key].version != entry["version"].split("+")[0]:
-            stack.notes.append(f"{where}: {key} is locked at several versions (forks by marker); kept {stack.pins[key].version}")
-            continue
-        stack.add(entry["name"], _with_local(entry["version"], [w.get("url", "") for w in entry.get("wheels", []) if isinstance(w, dict)]), where)
+        markers = entry.get("resolution-markers")
+        applies = not isinstance(markers, list) or _holds([m for m in markers if isinstance(m, str)], env)  # else another platform's fork
+        version = _with_local(entry["version"], [w.get("url", "") for w in entry.get("wheels", []) if isinstance(w, dict)])
+        if forks.keep(entry["name"], version, applies=applies):
+            stack.add(entry["name"], version, where)
+    if local:
+        stack.note(f"{path}: {local} entries are the project or local folders (workspace members): not axes")
+    forks.say()
     return stack
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from ..errors import InputError, printable
+from ..facts import pkgconstraints
 from .base import MAX_INCLUDE_DEPTH, MAX_INCLUDED_FILES, MAX_REQUIREMENTS_BYTES, Stack, read_bounded
 
 #: Options that take a value, as pip spells them; `--opt=value` and `--opt value` both work.
@@ -28,6 +31,37 @@ VALUED = {
 FLAGS = ("--pre", "--prefer-binary", "--require-hashes", "--no-index")
 _COMMENT = re.compile(r"(^|\s+)#.*$")
 _OPTIONS = re.compile(r"\s+--?[A-Za-z]")
+#: The packages every training stack installs: a constraint on them always applies.
+CORE = frozenset({"torch", "transformers", "flash-attn"})
+#: A requirement line that is a URL or a path (pip installs `https://…/pkg-1.0-py3-none-any.whl ; marker` as it is).
+_BARE_URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|file:|\.{1,2}/|/)", re.I)
+#: `git+https://…/trl.git@v0.19.1#egg=trl`: the ref a VCS requirement is pinned to.
+_VCS_REF = re.compile(r"@v?(?P<ref>\d+(?:\.\d+)+[\w.]*)(?:#|$)")
+
+
+def wheel_of(url: str) -> tuple[str, str, str] | None:
+    """(name, version, local tag) of the wheel a URL points at, read from its file name (PEP 427); None for anything else."""
+    name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    if not name.endswith(".whl"):
+        return None
+    try:
+        dist, version, _, _ = parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        return None
+    return str(dist), version.public, version.local or ""
+
+
+def _bare(line: str) -> str | None:
+    """A bare URL line as a PEP 508 `name @ url ; marker` requirement, its name from the wheel's file name; None where
+    the line is not a URL or its name cannot be known (an sdist or VCS URL without #egg=)."""
+    if not _BARE_URL.match(line):
+        return None
+    url, _, marker = line.partition(";")
+    url = url.strip()
+    wheel = wheel_of(url)
+    egg = re.search(r"#egg=([A-Za-z0-9_.-]+)", url)
+    name = wheel[0] if wheel else egg.group(1) if egg else None
+    return f"{name} @ {url}" + (f" ; {marker.strip()}" if marker.strip() else "") if name else None
 
 
 def logical_lines(text: str) -> list[tuple[int, str]]:
@@ -56,6 +90,8 @@ class _Reader:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self.files = 0
+        self.named: set[str] = set()  # every package a requirement line names (constraints apply only to these)
+        self.constraints: dict[str, tuple[str, str]] = {}  # name → (version, where): pins from -c files
 
     def read(self, path: Path, depth: int = 0, *, constraint: bool = False) -> None:
         self.files += 1
@@ -72,27 +108,76 @@ class _Reader:
             return
         options = _OPTIONS.search(line)  # `name==1.0 --hash=sha256:...`: per-requirement options, not the requirement
         requirement = line[: options.start()] if options else line
+        requirement = _bare(requirement.strip()) or requirement
         try:
             req = Requirement(requirement.strip())
         except InvalidRequirement as exc:
-            raise InputError(f"{where}: {printable(requirement.strip()[:120])!r} is not a requirement: {printable(str(exc))[:200]}") from None
+            said = printable(str(exc).splitlines()[0] if str(exc) else "")[:200]
+            hint = "; a URL line needs a wheel file name or #egg=NAME" if _BARE_URL.match(requirement.strip()) else ""
+            raise InputError(f"{where}: {printable(requirement.strip()[:120])!r} is not a requirement: {said}{hint}") from None
         try:
             if req.marker is not None and not req.marker.evaluate():
-                self.stack.notes.append(f"{where}: {req.name} left out: its marker ({req.marker}) is false for this interpreter")
+                self.stack.note(f"{where}: {req.name} left out: its marker ({req.marker}) is false for this interpreter", req.name)
                 return
         except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName) as exc:
             raise InputError(f"{where}: the marker of {req.name} cannot be evaluated: {exc}") from None
+        if not constraint:
+            self.named.add(canonicalize_name(req.name))
         if req.url:
-            self.stack.notes.append(f"{where}: {req.name} comes from a URL, not a release: not an axis")
+            self.url(req, where)
             return
         exact = [s for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
         if len(exact) != 1:
             if not constraint:
-                self.stack.ranges[req.name.lower()] = (str(req.specifier) or "any release", where)
+                self.stack.range(req.name, str(req.specifier), where)
+            return
+        if constraint:  # pip applies a constraint only to what something installs: decided when every file is read
+            self.constraints[canonicalize_name(req.name)] = (exact[0].version, where)
             return
         if req.extras:
-            self.stack.notes.append(f"{where}: {req.name}[{','.join(sorted(req.extras))}]: the extras are installed by the resolver, the axis is {req.name}")
+            self.stack.note(f"{where}: {req.name}[{','.join(sorted(req.extras))}]: the extras are installed by the resolver, the axis is {req.name}", req.name)
         self.stack.add(req.name, exact[0].version, where)
+
+    def url(self, req: Requirement, where: str) -> None:
+        """A requirement from a URL: a wheel's file name says its release (the baseline; envmatrix installs that release
+        from its own sources); a VCS or sdist URL is the team's own build, not an axis (its tag is said)."""
+        wheel = wheel_of(str(req.url))
+        if wheel is not None and canonicalize_name(wheel[0]) == canonicalize_name(req.name):
+            _, version, local = wheel
+            file = unquote(urlsplit(str(req.url)).path.rsplit("/", 1)[-1])
+            self.stack.note(f"{where}: {req.name} {version} from a URL wheel ({printable(file)[:120]}): its release is the baseline", req.name)
+            self.stack.add(req.name, f"{version}+{local}" if local else version, where)
+            return
+        ref = _VCS_REF.search(str(req.url))
+        tagged = f" (at {ref.group('ref')}: pin {req.name}=={ref.group('ref')} to make it an axis)" if ref else ""
+        self.stack.note(f"{where}: {req.name} comes from {printable(str(req.url))[:100]}, not a release: not an axis{tagged}", req.name)
+
+    def finish(self) -> None:
+        """Constraints pin what the file installs (pip applies a constraint only to a package something requires): the
+        packages its lines name, torch and transformers and flash-attn (a training stack's own), and what a pinned package
+        requires by its wheel's metadata where envmatrix has read it (trl requires accelerate). The rest is said, not kept."""
+        installed = self.named | CORE | self._required()
+        for name, (version, where) in self.constraints.items():
+            if name in self.stack.pins:
+                continue
+            if name in installed:
+                self.stack.ranges.pop(name, None)
+                self.stack.add(name, version, f"{where} (a constraint)")
+            else:
+                self.stack.note(f"{where}: {name}=={version} is only a constraint (nothing this file installs requires it): not an axis", name)
+
+    def _required(self) -> set[str]:
+        """The packages the pinned ones require, as their releases' metadata says (envmatrix/facts/pkgconstraints.json)."""
+        known = pkgconstraints.releases()
+        out: set[str] = set()
+        for pin in self.stack.pins.values():
+            release = known.get((pin.name, pin.version))
+            for line in release.requires if release is not None else ():
+                try:
+                    out.add(canonicalize_name(Requirement(line).name))
+                except InvalidRequirement:
+                    continue
+        return out
 
     def option(self, path: Path, where: str, line: str, depth: int) -> None:
         try:
@@ -105,7 +190,7 @@ class _Reader:
             flag, eq, value = word.partition("=")
             if word in FLAGS or flag in FLAGS:
                 if flag == "--no-index":
-                    self.stack.notes.append(f"{where}: --no-index: the file installs from find-links only")
+                    self.stack.note(f"{where}: --no-index: the file installs from find-links only")
                 i += 1
                 continue
             kind = VALUED.get(flag) or next((VALUED[k] for k in ("-r", "-c", "-i", "-f", "-e") if flag.startswith(k) and len(flag) > 2 and not eq), None)
@@ -132,11 +217,17 @@ class _Reader:
         elif kind == "links":
             self.stack.find_links.append(value)
         elif kind == "editable":
-            self.stack.notes.append(f"{where}: an editable install ({printable(value)[:80]}): the team's own code, not an axis")
+            egg = re.search(r"#egg=([A-Za-z0-9_.-]+)", value)
+            ref = _VCS_REF.search(value)
+            package = egg.group(1) if egg else ""
+            tagged = f" (at {ref.group('ref')}: pin {package}=={ref.group('ref')} to make it an axis)" if ref and package else ""
+            self.stack.note(f"{where}: an editable install ({printable(value)[:80]}): the team's own code, not an axis{tagged}", package)
 
 
 def read_requirements(path: Path) -> Stack:
     """A requirements file (and the files it includes) as a stack."""
     stack = Stack(source=str(path))
-    _Reader(stack).read(path)
+    reader = _Reader(stack)
+    reader.read(path)
+    reader.finish()
     return stack

@@ -131,3 +131,22 @@ def test_cli_init_writes_and_says_where_each_value_came_from(tmp_path: Path, cap
     assert main(["init", "--current", str(tmp_path / "nope"), "--file", str(tmp_path / "m.yaml")]) == 2
     assert main(["init", "--current", sys.executable, "--file", str(tmp_path / "m.yaml"), "--gpu", "cpu", "--profile", "here"]) == 0
     assert set(load(tmp_path / "m.yaml").profiles) == {"stack", "here"}
+
+
+def test_what_a_cpu_runner_or_another_build_cannot_run_is_said(tmp_path: Path) -> None:
+    flash = make(tmp_path, "torch==2.8.0+cu128\ntransformers==4.57.6\nflash-attn==2.8.3\n", gpu="cpu").axes["flash_attn"]
+    assert flash.values == ["none"] and "needs a CUDA GPU" in flash.source
+    cpu_build = make(tmp_path, "torch==2.8.0+cpu\ntransformers==4.57.6\n", gpu="H100").axes["cuda"]
+    assert cpu_build.values == ["12.8"] and "+cpu, but the GPU type is H100" in cpu_build.source
+    with pytest.raises(InputError, match=r"torch 2\.7\.1\+rocm6\.3 is not a CUDA or CPU build"):
+        make(tmp_path, "torch==2.7.1+rocm6.3\ntransformers==4.57.6\n", gpu="H100")
+    with pytest.raises(InputError, match=r"no exact pin of torch and transformers \(torch: it names >=2\.6.*transformers: not in the file\).*--current"):
+        make(tmp_path, "torch>=2.6\npeft==0.17.1\n")
+
+
+def test_a_profile_that_cannot_run_is_said_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    req = tmp_path / "requirements.txt"
+    req.write_text("torch==2.11.0+cu128\ntransformers==5.6.2\nflash-attn==2.8.3\n")
+    assert main(["init", "--from", str(req), "--file", str(tmp_path / "m.yaml"), "--gpu", "H100"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no cell of profile stack can run as written" in err and "publishes no wheel for torch 2.11" in err

@@ -164,7 +164,7 @@ def test_uv_lock_skips_the_project_and_keeps_the_first_fork(tmp_path: Path) -> N
     stack = read_stack(path)
     assert sorted(stack.pins) == ["torch", "trl"] and stack.pins["trl"].version == "0.18.2"
     assert stack.pins["torch"].local == "cpu" and stack.python is not None and stack.python[0] == "3.11"
-    assert any("several versions" in n for n in stack.notes)
+    assert any("trl is locked as 0.18.2, 0.19.1" in n and "kept 0.18.2" in n for n in stack.about["trl"])
 
 
 def test_uv_lock_without_version_is_refused(tmp_path: Path) -> None:
@@ -184,3 +184,58 @@ def test_this_interpreter_and_another_one(tmp_path: Path) -> None:
     assert "packaging" in stack.pins
     with pytest.raises(InputError, match="no such interpreter"):
         read_interpreter(str(tmp_path / "python"))
+
+
+def test_forms_real_requirements_files_use(tmp_path: Path) -> None:
+    """A byte-order mark, a bare wheel URL line with a marker, `name @ wheel-URL`, a VCS requirement at a tag, and a
+    constraint that nothing installs: each read as pip would, and said where it is not an axis."""
+    wheel = "https://github.com/Dao-AILab/flash-attention/releases/download/v2.8.3/flash_attn-2.8.3%2Bcu12torch2.7cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
+    (tmp_path / "c.txt").write_text("transformers==4.53.2\nvllm==0.9.2\n")
+    path = tmp_path / "requirements.txt"
+    path.write_text(
+        "\ufefftorch==2.7.1+cu128\ntransformers\n"
+        f"{wheel} ; sys_platform == 'linux'\n"
+        "liger-kernel @ https://example.org/wheels/liger_kernel-0.6.0-py3-none-any.whl\n"
+        "trl @ git+https://github.com/huggingface/trl.git@v0.19.1\n"
+        "-c c.txt\n",
+        encoding="utf-8",
+    )
+    stack = read_stack(path)
+    assert stack.pins["torch"].local == "cu128" and stack.pins["flash-attn"].version == "2.8.3"
+    assert stack.pins["liger-kernel"].version == "0.6.0" and stack.pins["transformers"].version == "4.53.2"
+    assert "trl" not in stack.pins and "pin trl==0.19.1 to make it an axis" in stack.about["trl"][0]
+    assert "vllm" not in stack.pins and "only a constraint" in stack.about["vllm"][0]
+
+
+def test_a_url_line_without_a_name_is_refused_on_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "requirements.txt"
+    path.write_text("https://example.org/archive/v1.tar.gz\n")
+    with pytest.raises(InputError) as err:
+        read_stack(path)
+    assert "\n" not in str(err.value) and "#egg=NAME" in str(err.value)
+
+
+def test_a_pylock_with_per_python_entries_keeps_the_one_for_its_python(tmp_path: Path) -> None:
+    path = tmp_path / "pylock.toml"
+    path.write_text(
+        'lock-version = "1.0"\nrequires-python = ">=3.10"\n'
+        '[[packages]]\nname = "torch"\nversion = "2.7.1"\n'
+        '[[packages]]\nname = "networkx"\nversion = "3.4.2"\nmarker = "python_full_version < \'3.11\'"\n'
+        '[[packages]]\nname = "networkx"\nversion = "3.6.1"\nmarker = "python_full_version >= \'3.11\'"\n'
+    )
+    stack = read_stack(path)
+    assert stack.python is not None and stack.python[0] == "3.10" and stack.pins["networkx"].version == "3.4.2"
+    assert any("3.6.1 left out" in n for n in stack.about["networkx"])
+
+
+def test_a_uv_lock_with_builds_of_one_release_says_which_it_kept(tmp_path: Path) -> None:
+    text = 'version = 1\nrequires-python = ">=3.11"\n' + "".join(
+        f'[[package]]\nname = "torch"\nversion = "{v}"\nsource = {{ registry = "https://download.pytorch.org/whl" }}\n'
+        for v in ("2.10.0+cu128", "2.10.0+cu130")
+    )
+    for name in ("uv.lock", "team-uv-py311.lock"):  # a copy under another name is known by its content
+        path = tmp_path / name
+        path.write_text(text)
+        stack = read_stack(path)
+        assert stack.pins["torch"].local == "cu128"
+        assert "torch is locked as 2.10.0+cu128, 2.10.0+cu130" in stack.about["torch"][0]
