@@ -73,6 +73,13 @@ RUN if [ "$FLASH_ATTN" != "none" ]; then \
         python -c "import importlib.util as u; print(u.find_spec('flash_attn_2_cuda').origin)" >> /opt/envmatrix-flash-attn.txt; \
     fi
 
+# NVIDIA's CUDA bases carry NVIDIA_REQUIRE_CUDA, which the container toolkit checks against the host driver before a
+# container starts (a 12.8 image accepts only some driver branches below 570, whatever pip's CUDA libraries need):
+# envmatrix's catalog decides which drivers a build runs on (plan/eligibility: minor-version compatibility), so the
+# check is off. The bases' ENTRYPOINT prints a banner into every log and freeze: none.
+ENV NVIDIA_DISABLE_REQUIRE=1
+ENTRYPOINT []
+
 # The probe runs as an unprivileged user (uid 1000, or the runner's); its output folder is mounted at /out.
 # USER and LOGNAME: getpass.getuser() (torch's inductor cache names) needs no passwd entry for the uid.
 COPY probes/ /opt/envmatrix/probes/

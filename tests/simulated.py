@@ -33,7 +33,12 @@ MIXED = [
 
 def smi_lines(gpus: list[tuple[str, str, int, str]]) -> str:
     """What `nvidia-smi QUERY --format=csv,noheader,nounits` prints for these GPUs, indexed in order."""
-    return "".join(f"{i}, {name}, {driver}, {mib}, {cc}\n" for i, (name, driver, mib, cc) in enumerate(gpus))
+    return "".join(f"{i}, {name}, {driver}, {mib}, {cc}, {fake_uuid(i)}\n" for i, (name, driver, mib, cc) in enumerate(gpus))
+
+
+def fake_uuid(index: int) -> str:
+    """A GPU UUID as nvidia-smi prints one, for the fake GPU at `index`."""
+    return f"GPU-{index:08x}-5e1c-4f2a-9d3b-00000000{index:04x}"
 
 
 def fake_smi(folder: Path, gpus: list[tuple[str, str, int, str]], *, fail: str | None = None) -> Path:

@@ -144,7 +144,7 @@ def check_nccl_container(gpus: HostGpus, _: Profile) -> Check:
     from ..backends.docker import DockerBackend, connect
 
     try:
-        backend = DockerBackend(client=connect())
+        backend = DockerBackend(client=connect(), gpus=gpus)
         backend.require_gpu_runtime()
     except BackendError as exc:
         return Check(name, SKIP, str(exc))

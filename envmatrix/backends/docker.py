@@ -32,7 +32,7 @@ from probes import source_files as probe_files
 
 from ..errors import BackendError
 from ..facts import catalog, elfarch, flashsource
-from ..host.gpus import visible_devices
+from ..host.gpus import HostGpus, detect_gpus, visible_devices
 from ..host.pipconfig import read_pip_settings
 from ..plan.builds import Build
 from ..plan.cells import Environment
@@ -116,7 +116,7 @@ class DockerBackend:
     name = "docker"
     fork = True
 
-    def __init__(self, *, sources: Sources | None = None, client: Any = None) -> None:
+    def __init__(self, *, sources: Sources | None = None, client: Any = None, gpus: HostGpus | None = None) -> None:
         if not DOCKERFILE.is_file():
             raise BackendError(f"{DOCKERFILE}: the probe's Dockerfile is missing; the docker backend runs from a checkout of envmatrix (git clone)")
         self.client = client or connect()
@@ -125,6 +125,14 @@ class DockerBackend:
         self.running: set[Any] = set()
         self.lock = threading.Lock()
         self.helpers = HelperPool()
+        self._gpus = gpus
+
+    @property
+    def gpus(self) -> HostGpus:
+        """This runner's GPUs (nvidia-smi, read once, as CUDA_VISIBLE_DEVICES narrows them): their UUIDs name them to Docker."""
+        if self._gpus is None:
+            self._gpus = detect_gpus()
+        return self._gpus
 
     def __enter__(self) -> DockerBackend:
         self.remove_stale()
@@ -148,11 +156,15 @@ class DockerBackend:
     # ---- images ----------------------------------------------------------------------------------
 
     def require_gpu_runtime(self) -> None:
-        """GPU cells need the NVIDIA container toolkit registered with the engine."""
+        """GPU cells need the NVIDIA container toolkit: a runtime registered with the engine, or (what `docker run --gpus`
+        uses without one) its prestart hook on the engine's PATH, or a CDI specification of the GPUs."""
         runtimes = (self.client.info() or {}).get("Runtimes") or {}
-        if "nvidia" not in runtimes:
+        hook = shutil.which("nvidia-container-runtime-hook")
+        cdi = [p for p in ("/etc/cdi/nvidia.yaml", "/etc/cdi/nvidia.json", "/var/run/cdi/nvidia.yaml", "/var/run/cdi/nvidia.json") if Path(p).is_file()]
+        if "nvidia" not in runtimes and hook is None and not cdi:
             raise BackendError(
-                "no NVIDIA runtime in the Docker engine (runtimes: " + ", ".join(runtimes) + "): install the NVIDIA container toolkit "
+                "no NVIDIA container toolkit for the Docker engine (runtimes: " + ", ".join(runtimes) + "; no nvidia-container-runtime-hook "
+                "on PATH; no CDI specification in /etc/cdi or /var/run/cdi): install the NVIDIA container toolkit "
                 "(nvidia-ctk runtime configure --runtime=docker; restart dockerd), or run GPU cells with --backend venv"
             )
 
@@ -338,7 +350,7 @@ class DockerBackend:
         IPC: every rank runs in the same container, so they share its IPC namespace; it stays private (not
         the host's, not shareable) and its /dev/shm is sized for NCCL's shared-memory transport (Docker's
         64 MB default is too small), with unlimited locked memory for pinned buffers. The GPUs are the
-        device request's (by nvidia-smi index): inside, the container sees only those, numbered from 0."""
+        device request's (by UUID, where nvidia-smi gave one): inside, the container sees only those, numbered from 0."""
         import docker
 
         options: dict[str, Any] = {
@@ -361,8 +373,8 @@ class DockerBackend:
             "environment": {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", **caches.variables(CACHES_IN_CONTAINER, home=HOME_IN_CONTAINER)},
             "labels": {"envmatrix": "cell", "envmatrix.host": platform.node(), "envmatrix.runner": str(os.getpid())},
         }
-        if gpu_ids:
-            options["device_requests"] = [docker.types.DeviceRequest(device_ids=[str(i) for i in gpu_ids], capabilities=[["gpu"]])]
+        if gpu_ids:  # by UUID: the engine numbers the host's GPUs, which need not be this runner's numbering (a Slurm job's)
+            options["device_requests"] = [docker.types.DeviceRequest(device_ids=self.gpus.device_ids(gpu_ids), capabilities=[["gpu"]])]
             options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
         return options
 
@@ -437,8 +449,9 @@ class DockerBackend:
         volumes = {str(runs): {"bind": RUNS_DIR, "mode": "rw"}, str(folder): {"bind": HELPER_DIR, "mode": "rw"}}
         options = self._options(user, [], volumes)
         options["labels"] = {**options["labels"], "envmatrix.helper": image}
-        if gpu_ids:  # every GPU; each cell picks its own with CUDA_VISIBLE_DEVICES
-            options["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        if gpu_ids:  # every GPU of this runner (never the host's others); each cell picks its own by UUID
+            runner = [g.index for g in self.gpus.devices] or gpu_ids
+            options["device_requests"] = [docker.types.DeviceRequest(device_ids=self.gpus.device_ids(runner), capabilities=[["gpu"]])]
             options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
         command = ["python", str(FORKSERVER_IN_IMAGE), "--socket", f"{HELPER_DIR}/helper.sock", "--room", " " * CMDLINE_ROOM]
         container = self.client.containers.run(image, command, **options)
@@ -482,7 +495,7 @@ class DockerBackend:
             return helper
         inner = out / CELL_LOG
         inner.unlink(missing_ok=True)
-        env = {**env, **visible_devices(gpu_ids)}
+        env = {**env, **visible_devices(gpu_ids, self.gpus.device_ids(gpu_ids))}  # the helper container numbers its GPUs its own way
         cmd = ["python", str(PROBE_IN_IMAGE), *argv]
         request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmd, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env, "ranks": ranks}
         try:

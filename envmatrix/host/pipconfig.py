@@ -14,11 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TORCH_INDEX = "https://download.pytorch.org/whl"
+#: A mirror of PyTorch's wheel indexes (same layout: `<mirror>/cu128`), for hosts that cannot reach download.pytorch.org.
+TORCH_INDEX_VARIABLE = "ENVMATRIX_TORCH_INDEX"
 
 
-def torch_index_url(build_tag: str) -> str:
-    """PyTorch's wheel index for a build: `cpu`, `cu124`, ... (versions there carry the tag: 2.6.0+cu124)."""
-    return f"{TORCH_INDEX}/{build_tag}"
+def torch_index_url(build_tag: str, environ: dict[str, str] | None = None) -> str:
+    """PyTorch's wheel index for a build: `cpu`, `cu124`, ... (versions there carry the tag: 2.6.0+cu124), or the same
+    folder of the mirror ENVMATRIX_TORCH_INDEX names."""
+    env = os.environ if environ is None else environ
+    root = env.get(TORCH_INDEX_VARIABLE, "").strip().rstrip("/") or TORCH_INDEX
+    return f"{root}/{build_tag}"
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,8 @@ from .locking import exclusive
 #: Outcomes that say more about the runner's settings or a passing cause than about the stack: a
 #: record with one of them is never reused from the cache (the next run tries again).
 NOT_FINAL = (Outcome.TIMEOUT, Outcome.BUILD_FAILED, Outcome.INCONCLUSIVE)
+#: The rule of a verdict the runner gives when the backend raised before the probe could run: never reused either.
+BACKEND_RULE = "backend"
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,8 @@ class Runner:
             return None
         if record.inputs != inputs_hash(cell, self.probe_source, self.backend.name) or record.klass in NOT_FINAL or record.timed_out:
             return None
+        if record.outcome.rule == BACKEND_RULE:  # the backend itself failed (a container the engine would not start): the host's, not the stack's
+            return None
         return record
 
     def new_record(self, cell: Cell, status: Status, verdict: Verdict, **more: Any) -> Record:
@@ -298,7 +302,7 @@ class Runner:
             done = self.backend.run(ready, cell.scenario, out, log, timeout=self.timeout, gpu_ids=gpu_ids)
         except Exception as exc:
             _append_traceback(log, f"backend {self.backend.name} raised while running {cell.id}")
-            verdict = decided(Outcome.ERROR, f"backend {self.backend.name} raised {type(exc).__name__}: {str(exc)[:300]}", "backend")
+            verdict = decided(Outcome.ERROR, f"backend {self.backend.name} raised {type(exc).__name__}: {str(exc)[:300]}", BACKEND_RULE)
             timings = Timings(prepare_s=ready.seconds, prepare_reused=ready.reused)
             return self.new_record(cell, Status.DONE, verdict, timings=timings, log=LogRef(str(log), log_tail(log)), **common)
         facts = gather(out, log, exit_code=done.exit_code, timed_out=done.timed_out)

@@ -85,7 +85,7 @@ def test_nccl_in_a_container_says_why_it_was_skipped(monkeypatch: pytest.MonkeyP
     assert no_engine.status == gpucheck.SKIP and "no Docker engine reachable" in no_engine.detail
     engine(monkeypatch, FakeDocker(runtimes=("runc",), images=[FakeImage("envmatrix-probe:a", "12.8.1")]))
     no_runtime = gpucheck.check_nccl_container(h20("580.82.07"), GPU)
-    assert no_runtime.status == gpucheck.SKIP and "no NVIDIA runtime" in no_runtime.detail
+    assert no_runtime.status == gpucheck.SKIP and "no NVIDIA container toolkit" in no_runtime.detail
     engine(monkeypatch, FakeDocker(images=[FakeImage("envmatrix-probe:cpu"), FakeImage("envmatrix-probe:cu13", "13.0.1"), FakeImage("other:1", "12.8.1")]))
     no_image = gpucheck.check_nccl_container(h20("550.54.15"), GPU)  # a CPU image, one this driver cannot run, another repository's
     assert no_image.status == gpucheck.SKIP and "no probe image with a CUDA driver 550.54.15 runs" in no_image.detail
@@ -104,7 +104,8 @@ def test_nccl_in_a_container_runs_as_a_cell_in_the_newest_image_the_driver_runs(
     ((image, command, options),) = client.started
     assert image == "envmatrix-probe:new" and command == ["python", "/out/check.py"]
     (request,) = options["device_requests"]  # type: ignore[misc]
-    assert request["DeviceIDs"] == ["0", "2"] and options["shm_size"] == "2g" and options["ipc_mode"] == "private"
+    assert request["DeviceIDs"] == [g.uuid or str(g.index) for g in MIXED_HOST.devices if g.index in (0, 2)]
+    assert options["shm_size"] == "2g" and options["ipc_mode"] == "private"
     assert options["network_mode"] == "none" and options["cap_drop"] == ["ALL"] and client.container.removed
     engine(monkeypatch, FakeDocker(FakeContainer(code=1, output=b"torch.distributed.DistBackendError: NCCL error: unhandled system error\n"), images=images))
     failed = gpucheck.check_nccl_container(MIXED_HOST, GPU)

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simulated import FakeContainer, FakeDocker
+from simulated import MIXED, FakeContainer, FakeDocker, fake_uuid, smi_lines
 
 from envmatrix.backends import Prepared
 from envmatrix.backends.docker import HELPER_DIR, RUNS_DIR, DockerBackend
+from envmatrix.host.gpus import HostGpus, parse_query
 from envmatrix.host.pipconfig import PipSettings
 from envmatrix.plan.install import Sources
 from envmatrix.run.forkclient import Ended, HelperFailed
@@ -22,8 +23,12 @@ READY = Prepared(python="python", seconds=0.0, reused=True, facts={"image": "env
 DDP2 = Scenario("ddp2", world_size=2)
 
 
-def backend(client: FakeDocker, *, fork: bool = False) -> DockerBackend:
-    made = DockerBackend(sources=Sources(PipSettings(None, (), ())), client=client)
+#: A runner's GPUs as nvidia-smi lists them, each with its UUID (a mixed host: A100 at 0 and 2, H20 at 1 and 3).
+HOST = HostGpus(tuple(n for n, *_ in MIXED), "A100", parse_query(smi_lines(MIXED)))
+
+
+def backend(client: FakeDocker, *, fork: bool = False, gpus: HostGpus = HOST) -> DockerBackend:
+    made = DockerBackend(sources=Sources(PipSettings(None, (), ())), client=client, gpus=gpus)
     made.fork = fork
     return made
 
@@ -53,11 +58,11 @@ def assert_locked_down(options: dict[str, Any]) -> None:
     assert options["init"] is True and options["labels"]["envmatrix"] == "cell"
 
 
-def test_a_cells_container_gets_exactly_its_gpus_by_index(tmp_path: Path) -> None:
+def test_a_cells_container_gets_exactly_its_gpus_by_uuid(tmp_path: Path) -> None:
     done, options = run_cell(tmp_path, FakeDocker(), [1, 3])
     assert_locked_down(options)
-    (request,) = options["device_requests"]
-    assert request["DeviceIDs"] == ["1", "3"] and request["Capabilities"] == [["gpu"]] and request["Count"] == 0
+    (request,) = options["device_requests"]  # the engine numbers the host's GPUs, not this runner's: a UUID is the same to both
+    assert request["DeviceIDs"] == [fake_uuid(1), fake_uuid(3)] and request["Capabilities"] == [["gpu"]] and request["Count"] == 0
     assert [dict(u) for u in options["ulimits"]] == [{"Name": "memlock", "Soft": -1, "Hard": -1}]
     # the device request picks the GPUs (the engine sets NVIDIA_VISIBLE_DEVICES from it); inside they are
     # numbered from 0, so a host index in CUDA_VISIBLE_DEVICES would name the wrong GPU or none
@@ -90,8 +95,8 @@ def test_the_fork_helper_has_the_cells_settings_and_is_removed_when_it_fails(tmp
         backend(client, fork=True)._start_helper("envmatrix-probe:0123456789abcdef", runs, f"{os.getuid() or 1000}:{os.getgid() or 1000}", [1, 3])
     ((_, command, options),) = client.started
     assert_locked_down(options)
-    (request,) = options["device_requests"]  # every GPU: each forked cell is shown its own (the next test)
-    assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+    (request,) = options["device_requests"]  # every GPU of this runner, never the host's others: each forked cell is shown its own
+    assert request["DeviceIDs"] == [fake_uuid(i) for i in range(4)] and request["Capabilities"] == [["gpu"]]
     folder = next(host for host, bind in options["volumes"].items() if bind["bind"] == HELPER_DIR)
     assert options["volumes"][str(runs)] == {"bind": RUNS_DIR, "mode": "rw"} and options["labels"]["envmatrix.helper"]
     assert client.container.removed and not Path(folder).exists()  # nothing outlives a failed start
@@ -111,5 +116,6 @@ def test_a_forked_cell_is_shown_exactly_its_gpus_in_nvidia_smi_order(tmp_path: P
     monkeypatch.setattr(made.helpers, "helper", lambda key, start: keys.append(key) or object())
     done = made.run(READY, DDP2, tmp_path / "runs" / "cell", tmp_path / "logs" / "cell.log", timeout=60, gpu_ids=[1, 3])
     (request,) = requests
-    assert request["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1,3"} and request["ranks"] == 2
+    # by UUID: the helper's container numbers the GPUs it was given from 0, whatever nvidia-smi's indexes are outside
+    assert request["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": f"{fake_uuid(1)},{fake_uuid(3)}"} and request["ranks"] == 2
     assert done.exit_code == 0 and done.launch == "2 ranks forked in the environment's container" and len(keys) == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simulated import MIXED, MixedHost, fake_smi
+from simulated import MIXED, MixedHost, fake_smi, fake_uuid
 
 from envmatrix.cli import main
 from envmatrix.host.gpus import detect_gpus, parse_query, visible_devices
@@ -42,6 +42,23 @@ def test_names_as_nvidia_smi_prints_them(name: str, matrix: str, host) -> None: 
 def test_a_mixed_host_lists_each_type_by_index(host) -> None:  # type: ignore[no-untyped-def]
     host([(H20, "550.54.15", 97871, "9.0"), ("NVIDIA A100-SXM4-80GB", "550.54.15", 81920, "8.0"), (H20, "550.54.15", 97871, "9.0")])
     assert detect_gpus().types() == {"H20": [0, 2], "A100": [1]}
+
+
+@pytest.mark.parametrize(
+    ("given", "indexes"),
+    [("2,0", [0, 2]), (f"{fake_uuid(3)},{fake_uuid(1)[:12]}", [1, 3]), ("1,-1,3", [1]), ("", []), (None, [0, 1, 2, 3])],
+)
+def test_a_runner_uses_only_the_gpus_it_was_given(host, monkeypatch: pytest.MonkeyPatch, given: str | None, indexes: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """A scheduler's allocation (CUDA_VISIBLE_DEVICES, by index or UUID prefix) bounds what the runner hands out; CUDA stops
+    reading the list at an invalid entry; each GPU keeps its nvidia-smi index and UUID (Docker is told the UUID)."""
+    host(MIXED)
+    if given is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", given)
+    gpus = detect_gpus()
+    assert [g.index for g in gpus.devices] == indexes and gpus.count == len(indexes)
+    assert gpus.device_ids(indexes) == [fake_uuid(i) for i in indexes]
 
 
 def test_a_failing_driver_is_a_cpu_runner_that_says_why(host) -> None:  # type: ignore[no-untyped-def]

@@ -73,6 +73,9 @@ def test_backend_exceptions_become_records_and_the_matrix_goes_on(tmp_path: Path
     assert backend.exited == 1
     for rec in report.records:  # every record is on disk and reads back
         assert read_record(tmp_path / "results" / f"{rec.id.replace('/', '__')}.json") == rec
+    # the backend's own failure (an engine that would not start a container) is the host's, not the stack's: tried again
+    again = runner(tmp_path, FakeBackend()).run(plan)
+    assert again.ran == 3 and {(r.cell.transformers, r.cell.scenario): r.klass for r in again.records}[("4.57.6", "b")] == "ok"
 
 
 def test_gpu_slots_and_world_size(tmp_path: Path) -> None:
