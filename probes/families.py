@@ -392,8 +392,11 @@ def shrunk(source: ModelSource, tokenizer: Any, prompts: list[str], texts: list[
     assert source.arch is not None and source.path is not None
     where = Path(source.path) / "config.json"
     rows = embedding_rows(tokenizer, prompts, texts, source.path)
+    check_vocabulary(source.arch.raw, tokenizer, prompts, texts, where)
     tiny, changes = shrink.shrink(source.arch.raw, rows)
     notes = [source.arch.full_size_note(), *source.arch.notes]
+    if (quantized := fullsize.quantization_note(source.arch.raw)) is not None:
+        notes.append(quantized)
     notes += [f"{k} from the tokenizer: {v}" for k, v in shrink.retoken(tiny, token_ids(tokenizer)).items()]
     if modelfolder.remote_code(source.arch.raw) and isinstance(source.arch.make, type):
         notes.append(f"auto_map not used: transformers {transformers.__version__} has {source.arch.raw['model_type']} itself")
@@ -407,17 +410,38 @@ def shrunk(source: ModelSource, tokenizer: Any, prompts: list[str], texts: list[
     return replace(source, tiny=Tiny(config=config, changes=changes, notes=tuple(notes)))
 
 
-def embedding_rows(tokenizer: Any, prompts: list[str], texts: list[str], folder: str) -> int:
-    """Embedding rows for the shrunk model: one past the highest id the probe can meet (its prompts through
-    the chat template, the parity texts, the special tokens), and at least shrink.MIN_VOCAB of the tokenizer's
-    tokens to sample from; bad input past MAX_EMBEDDING_ROWS."""
+def highest_id(tokenizer: Any, prompts: list[str], texts: list[str]) -> tuple[int, str]:
+    """The highest token id the probe can meet (its prompts through the chat template, the parity texts, the special
+    tokens) and what it is (`eos_token_id`, a prompt token)."""
     rendered, _ = format_prompts(tokenizer, prompts)
     ids = {i for row in tokenizer(rendered + texts, add_special_tokens=True)["input_ids"] for i in row}
     named = {k: v for k, v in {**token_ids(tokenizer), "unk_token_id": getattr(tokenizer, "unk_token_id", None)}.items() if isinstance(v, int)}
     ids |= set(named.values()) | {i for i in getattr(tokenizer, "all_special_ids", []) if isinstance(i, int)}
     top = max(ids, default=0)
+    return top, next((k for k, v in named.items() if v == top), "a prompt token")
+
+
+def check_vocabulary(raw: dict[str, Any], tokenizer: Any, prompts: list[str], texts: list[str], where: Path) -> None:
+    """The full-size embedding holds a row for every id the tokenizer gives the run: a vocab_size at or below one is an
+    index out of range at the first step (a device-side assert on a GPU), though the shrunk copy, sized from the
+    tokenizer, would train."""
+    text = raw["text_config"] if isinstance(raw.get("text_config"), dict) and "vocab_size" in raw["text_config"] else raw
+    vocab = text.get("vocab_size")
+    if isinstance(vocab, int) and not isinstance(vocab, bool):
+        top, which = highest_id(tokenizer, prompts, texts)
+        if top >= vocab:
+            key = "text_config.vocab_size" if text is not raw else "vocab_size"
+            raise ProbeInputError(
+                f"{where}: {key}: {vocab:,} rows, but the tokenizer gives the run ids up to {top:,} ({which}); the full-size embedding "
+                "has no row for them (is this the tokenizer of this model?)"
+            )
+
+
+def embedding_rows(tokenizer: Any, prompts: list[str], texts: list[str], folder: str) -> int:
+    """Embedding rows for the shrunk model: one past the highest id the probe can meet, and at least shrink.MIN_VOCAB of
+    the tokenizer's tokens to sample from; bad input past MAX_EMBEDDING_ROWS."""
+    top, which = highest_id(tokenizer, prompts, texts)
     if top + 1 > untrusted.MAX_EMBEDDING_ROWS:
-        which = next((k for k, v in named.items() if v == top), "a prompt token")
         raise ProbeInputError(
             f"the tokenizer in {folder} gives the probe ids up to {top:,} ({which}), beyond the {untrusted.MAX_EMBEDDING_ROWS:,} embedding "
             "rows a shrunk model may hold; is this the model's own tokenizer?"

@@ -12,7 +12,9 @@ seconds), so modelfolder.py bounds layers x experts first. Weight initialisation
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,11 +73,14 @@ def _refused_by_config(exc: BaseException) -> bool:
 
 
 def load_config(cls: type, data: dict[str, Any], where: Path, folder: Path) -> Any:
-    """`data` in its config class; a refusal from the class (its own validation) is bad input naming the file."""
+    """`data` in its config class; a refusal from the class (its own validation) is bad input naming the file. Only the
+    class runs here, on the user's values: an AttributeError from transformers' own class is one of them (a rope setting
+    that is no object, a dtype torch has no name for); from remote code it may be an API the installed release lacks."""
     try:
         config = cls.from_dict(data)  # type: ignore[attr-defined]
     except Exception as exc:
-        if not _refused_by_config(exc):
+        own = isinstance(exc, AttributeError) and cls.__module__.startswith("transformers.")
+        if not (_refused_by_config(exc) or own):
             raise
         said = first_line(exc.__cause__ if exc.__cause__ is not None and not isinstance(exc, BUILD_ERRORS) else exc)
         raise ProbeInputError(f"{where}: transformers {transformers.__version__} refuses it: {said}") from None
@@ -183,9 +188,39 @@ def _on_meta() -> Any:
 
 
 def _blame(raw: dict[str, Any], text: str) -> str:
-    """The fields whose text value an error message quotes (`'nope'` → hidden_act), to name them."""
-    named = [f"{k}: {v!r}" for k, v in raw.items() if isinstance(v, str) and len(v) >= 2 and (repr(v) in text or f'"{v}"' in text)]
+    """The fields whose text value an error message quotes (`'nope'` → hidden_act, `'bogus'` → rope_scaling.rope_type),
+    to name them; nested objects are looked into."""
+    named = [f"{k}: {v!r}" for k, v in _leaves(raw) if isinstance(v, str) and len(v) >= 2 and (repr(v) in text or f'"{v}"' in text)]
     return f" (the value of {', '.join(named[:3])})" if named else ""
+
+
+def _leaves(data: dict[str, Any], prefix: str = "", depth: int = 0) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if isinstance(value, dict) and depth < 4:
+            out += _leaves(value, f"{prefix}{key}.", depth + 1)
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def rotary_problem(config: Any) -> str | None:
+    """An odd rotary dimension: rotary embeddings rotate pairs of dimensions, so a model whose head (or its rotated part)
+    is odd builds on the meta device but fails at its first forward; None where the config has no rotary embedding."""
+    parts = [config] + [getattr(config, k) for k in ("text_config",) if getattr(config, k, None) is not None]
+    for part in parts:
+        rope = any(getattr(part, k, None) is not None for k in ("rope_theta", "rope_scaling", "rope_parameters"))
+        heads, hidden = getattr(part, "num_attention_heads", None), getattr(part, "hidden_size", None)
+        head_dim = getattr(part, "head_dim", None) or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 else None)
+        if not rope or not isinstance(head_dim, int):
+            continue
+        share = getattr(part, "partial_rotary_factor", None)
+        rotary = int(head_dim * share) if isinstance(share, (int, float)) and not isinstance(share, bool) and 0 < share <= 1 else head_dim
+        if rotary % 2:
+            said = f"head_dim {head_dim}" + (f" × partial_rotary_factor {share} = {rotary}" if rotary != head_dim else "")
+            source = "" if getattr(part, "head_dim", None) else f" (hidden_size {hidden} / num_attention_heads {heads})"
+            return f"head_dim: {said}{source} is odd; rotary embeddings rotate pairs of dimensions, so the full-size model fails at its first forward"
+    return None
 
 
 def build_on_meta(make: Callable[[Any], Any], config: Any, where: Path, name: str, raw: dict[str, Any]) -> tuple[int, float]:
@@ -208,9 +243,48 @@ def check(raw: dict[str, Any], folder: Path, *, trusted: bool) -> Arch:
     where = folder / "config.json"
     cls = config_class(raw, folder)
     config = load_config(cls, raw, where, folder)
+    if (odd := rotary_problem(config)) is not None:
+        raise ProbeInputError(f"{where}: {odd}")
+    check_generation_config(folder)
     make, name, notes = model_maker(raw, config, where, trusted=trusted)
     params, seconds = build_on_meta(make, config, where, name, raw)
     return Arch(raw=raw, config_class=cls, make=make, name=name, notes=tuple(notes), params=params, seconds=seconds)
+
+
+def check_generation_config(folder: Path) -> None:
+    """generation_config.json as the user's own load reads it (transformers' GenerationConfig and its validation):
+    refused with its message, naming the file, where that load would fail."""
+    path = folder / "generation_config.json"
+    if not path.is_file():
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            transformers.GenerationConfig.from_pretrained(str(folder))
+    except Exception as exc:  # any refusal of the user's file: ValueError, TypeError, KeyError, a JSON error
+        raise ProbeInputError(f"{path}: transformers {transformers.__version__} cannot load it: {type(exc).__name__}: {first_line(exc)}") from None
+
+
+def quantization_note(raw: dict[str, Any]) -> str | None:
+    """What a quantization_config means here: the tiny model trains unquantized, and whether the packages the user's own
+    load needs for that method (transformers' quantizer says which) are installed in this environment."""
+    quant = raw.get("quantization_config")
+    if not isinstance(quant, dict):
+        return None
+    method = str(quant.get("quant_method"))
+    wanted: list[str] = []
+    with contextlib.suppress(Exception):
+        from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING
+
+        key = f"{method}_{'4bit' if quant.get('load_in_4bit') else '8bit'}" if method == "bitsandbytes" else method
+        wanted = list(getattr(AUTO_QUANTIZER_MAPPING.get(key), "required_packages", None) or [])
+    missing = [p for p in wanted if importlib.util.find_spec(p.replace("-", "_")) is None]
+    needs = (
+        f"; its load needs {', '.join(wanted)}" + (f", and {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed here" if missing else "")
+        if wanted
+        else ""
+    )
+    return f"quantization_config ({untrusted.printable(method)[:40]}): the tiny model trains unquantized{needs}"
 
 
 def largest_parameter(make: Callable[[Any], Any], config: Any) -> tuple[int, str]:

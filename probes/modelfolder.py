@@ -16,9 +16,17 @@ from typing import Any
 from probes import untrusted
 from probes.untrusted import Refused
 
-#: Vocabulary files: the JSON ones are counted (tokens), the others bounded by size.
+#: Vocabulary files: the JSON ones are counted (tokens), the others bounded by size. Which files a tokenizer reads
+#: is its class's to say (and the class is the user's tokenizer_config.json's to name: `bpe.codes`, `spm.model`,
+#: `tokenizer.4.0.0.json` through fast_tokenizer_files, ...), so every file of the kinds a vocabulary comes in is
+#: bounded, whatever its name; weights and other files a tokenizer never opens are left alone.
 VOCAB_JSON = ("tokenizer.json", "vocab.json")
-VOCAB_OTHER = ("merges.txt", "vocab.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "qwen.tiktoken", "tiktoken.model")
+VOCAB_PATTERNS = ("tokenizer*.json", "vocab*.json")
+VOCAB_SUFFIXES = (".json", ".txt", ".model", ".codes", ".tiktoken", ".vocab", ".tokenizer", ".spm", ".bpe")
+#: Files a folder may hold at its top level before it is not a model's (a released model has tens).
+MAX_FOLDER_FILES = 4096
+#: additional_chat_templates/: how many templates transformers may read (it reads every one).
+MAX_EXTRA_TEMPLATES = 64
 #: Settings files transformers reads with the tokenizer or processor.
 SETTINGS = (
     "tokenizer_config.json",
@@ -74,6 +82,28 @@ FIELDS: dict[str, tuple[type, float, float]] = {
     "norm_epsilon": (float, 0, 1),
     "rope_theta": (float, 1e-3, 1e15),
 }
+#: Fields transformers takes as booleans: any other JSON value would be read as true or false by its truth.
+BOOLEANS = ("tie_word_embeddings", "use_sliding_window", "attention_bias", "mlp_bias", "use_cache", "norm_topk_prob", "use_qk_norm")
+#: Token ids a config names: an id (or, for eos, a list of ids) below the vocabulary's size.
+TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+#: The dtypes a config may name (torch's own names, as transformers' `torch_dtype`/`dtype` reads them).
+DTYPES = ("auto", "float32", "float16", "bfloat16", "float64", "float", "half", "double", "float8_e4m3fn", "float8_e5m2", "int8", "uint8")
+#: Rotary-embedding settings (`rope_scaling`, 4.x; `rope_parameters`, 5.x): each numeric key with its bounds, as
+#: transformers' rope validation states them (a factor below 1 shrinks the context it is meant to stretch).
+ROPE_KEYS = ("rope_scaling", "rope_parameters")
+ROPE_NUMBERS: dict[str, tuple[type, float, float]] = {
+    "factor": (float, 1, 1e6),
+    "low_freq_factor": (float, 1e-6, 1e6),
+    "high_freq_factor": (float, 1e-6, 1e6),
+    "beta_fast": (float, 1e-6, 1e6),
+    "beta_slow": (float, 1e-6, 1e6),
+    "attention_factor": (float, 1e-6, 1e6),
+    "mscale": (float, 1e-6, 1e6),
+    "mscale_all_dim": (float, 0, 1e6),
+    "rope_theta": (float, 1e-3, 1e15),
+    "partial_rotary_factor": (float, 1e-6, 1),
+    "original_max_position_embeddings": (int, 1, 1 << 24),
+}
 EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
 #: Sub-configs checked like the top level (text_config, vision_config, audio_config, ...), but these.
 NOT_MODEL = ("quantization_config",)
@@ -124,12 +154,64 @@ def field_problems(config: dict[str, Any]) -> list[str]:
                 elif index is None:
                     checked[key] = number
         problems += _related(checked, prefix)
+        problems += _typed(part, prefix, checked.get("vocab_size"))
+    quant = config.get("quantization_config")
+    if quant is not None and not (isinstance(quant, dict) and isinstance(quant.get("quant_method"), str)):
+        problems.append(f"quantization_config: must be an object naming its quant_method, got {untrusted.shown(quant)}")
     arch = config.get("architectures")
     if arch is not None and not isinstance(arch, list):
         problems.append(f"architectures: must be a list of model class names, got {untrusted.kind_of(arch)}")
     for i, name in enumerate(arch if isinstance(arch, list) else []):
         if not isinstance(name, str) or not name.isidentifier():
             problems.append(f"architectures[{i}]: must be a model class name such as LlamaForCausalLM, got {untrusted.shown(name)}")
+    return problems
+
+
+def _typed(part: dict[str, Any], prefix: str, vocab: int | None) -> list[str]:
+    """Booleans, token ids, the dtype and the rotary settings of one part of a config: values transformers would take
+    by their truth or pass on unchecked, so a full-size load fails (or misbehaves) where the shrunk model does not."""
+    problems = []
+    for key in BOOLEANS:
+        if key in part and part[key] is not None and not isinstance(part[key], bool):
+            problems.append(f"{prefix}{key}: must be true or false, got {untrusted.shown(part[key])}")
+    for key in TOKEN_IDS:
+        value = part.get(key)
+        ids = value if isinstance(value, list) and key == "eos_token_id" else [value]
+        for item in ids if value is not None else []:
+            if isinstance(item, bool) or not isinstance(item, int) or item < 0 or (vocab is not None and item >= vocab):
+                top = f" below vocab_size {vocab}" if vocab is not None else ""
+                problems.append(f"{prefix}{key}: must be a token id (an integer from 0{top}), got {untrusted.shown(value)}")
+                break
+    for key in ("torch_dtype", "dtype"):
+        value = part.get(key)
+        if value is not None and (not isinstance(value, str) or value.removeprefix("torch.") not in DTYPES):
+            problems.append(f"{prefix}{key}: {untrusted.shown(value)} is not a torch dtype ({', '.join(DTYPES[:4])}, ...)")
+    for key in ROPE_KEYS:
+        problems += _rope(part.get(key), f"{prefix}{key}")
+    return problems
+
+
+def _rope(value: Any, where: str) -> list[str]:
+    """A rotary setting: nothing, or an object (5.x also one per layer type) of a named type and numbers in range."""
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        return [f'{where}: must be an object such as {{"rope_type": "linear", "factor": 2.0}}, got {untrusted.shown(value)}']
+    if value and all(isinstance(v, dict) for v in value.values()):  # per layer type: {"full_attention": {...}, ...}
+        return [p for k, v in value.items() for p in _rope(v, f"{where}.{k}")]
+    problems = []
+    for name in ("rope_type", "type"):
+        if name in value and not isinstance(value[name], str):
+            problems.append(f"{where}.{name}: must be a name such as 'linear' or 'yarn', got {untrusted.shown(value[name])}")
+    kind = value.get("rope_type", value.get("type"))
+    for name, (want, lo, hi) in ROPE_NUMBERS.items():
+        if name in value and value[name] is not None and not (name == "factor" and kind == "default"):
+            _, problem = untrusted.number_problem(value[name], want, lo, hi)
+            if problem:
+                problems.append(f"{where}.{name}: {problem}")
+    section = value.get("mrope_section")
+    if section is not None and not (isinstance(section, list) and section and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in section)):
+        problems.append(f"{where}.mrope_section: must be a list of positive integers, got {untrusted.shown(section)}")
     return problems
 
 
@@ -160,7 +242,8 @@ def check_tokenizer_files(folder: Path) -> None:
     ones parsed (a damaged file would make transformers fall back to other loaders with misleading errors),
     the vocabulary counted, the chat template's length bounded."""
     tokens = 0
-    for name in VOCAB_JSON:
+    counted = {p.name for pattern in VOCAB_PATTERNS for p in folder.glob(pattern)} - set(SETTINGS)
+    for name in sorted(set(VOCAB_JSON) | counted):
         path = folder / name
         if path.exists() or path.is_symlink():
             data = untrusted.read_json(path, untrusted.TOKENIZER)
@@ -171,22 +254,44 @@ def check_tokenizer_files(folder: Path) -> None:
                     f"{path}: {tokens:,} tokens, more than a tokenizer may hold ({untrusted.MAX_TOKENS:,}; the largest released vocabularies "
                     "hold about 262,000); is this the model's own tokenizer?"
                 )
-    for name in VOCAB_OTHER:
-        path = folder / name
-        if path.exists() or path.is_symlink():
+    for path in _vocabulary_files(folder):
+        if path.name not in counted and path.name not in SETTINGS and path.name not in VOCAB_JSON and path.name != "config.json":
             untrusted.regular_size(path, untrusted.TOKENIZER)
     for name in SETTINGS:
         path = folder / name
         if path.exists() or path.is_symlink():
             data = untrusted.read_json(path, untrusted.TOKENIZER_SETTINGS)
             template = data.get("chat_template") if isinstance(data, dict) else None
-            if template is not None and len(str(template)) > untrusted.CHAT_TEMPLATE.max_bytes:
-                raise Refused(
-                    f"{path}: its chat_template holds {len(str(template)):,} characters, more than a chat template may "
-                    f"({untrusted.size_text(untrusted.CHAT_TEMPLATE.max_bytes)}); {untrusted.CHAT_TEMPLATE.hint}"
-                )
+            if template is not None:
+                _check_template_field(path, template)
     for path in template_files(folder):
         untrusted.read_text(path, untrusted.CHAT_TEMPLATE)
+
+
+def _vocabulary_files(folder: Path) -> list[Path]:
+    """The folder's top-level files of the kinds a vocabulary comes in (any name); Refused for a folder of more files than
+    a model's."""
+    found = []
+    for i, path in enumerate(folder.iterdir()):
+        if i >= MAX_FOLDER_FILES:
+            raise Refused(f"{folder}: more than {MAX_FOLDER_FILES:,} files; a model's folder holds tens (give the folder with config.json and the tokenizer)")
+        if path.suffix.lower() in VOCAB_SUFFIXES and not path.is_dir():
+            found.append(path)
+    return found
+
+
+def _check_template_field(path: Path, template: Any) -> None:
+    """A settings file's chat_template: a template's text, or a list of named ones (`{"name": …, "template": …}`), each
+    within the chat template's bound; anything else makes transformers fall back to loaders with misleading errors."""
+    named = isinstance(template, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str) for t in template)
+    if not isinstance(template, str) and not named:
+        raise Refused(f'{path}: chat_template must be a template\'s text or a list of {{"name": …, "template": …}}, got {untrusted.shown(template)}')
+    size = len(template) if isinstance(template, str) else sum(len(t["template"]) for t in template)
+    if size > untrusted.CHAT_TEMPLATE.max_bytes:
+        raise Refused(
+            f"{path}: its chat_template holds {size:,} characters, more than a chat template may "
+            f"({untrusted.size_text(untrusted.CHAT_TEMPLATE.max_bytes)}); {untrusted.CHAT_TEMPLATE.hint}"
+        )
 
 
 def template_files(folder: Path) -> list[Path]:
@@ -194,7 +299,12 @@ def template_files(folder: Path) -> list[Path]:
     found = [folder / n for n in TEMPLATE_FILES if (folder / n).exists() or (folder / n).is_symlink()]
     extra = folder / TEMPLATE_FOLDER
     if extra.is_dir():
-        found += sorted(extra.glob("*.jinja"))[:64]
+        more = []
+        for path in extra.glob("*.jinja"):  # transformers reads every one: each is bounded, and how many
+            more.append(path)
+            if len(more) > MAX_EXTRA_TEMPLATES:
+                raise Refused(f"{extra}: more than {MAX_EXTRA_TEMPLATES} chat templates; transformers reads every one (a model ships a few)")
+        found += sorted(more)
     return found
 
 

@@ -269,6 +269,8 @@ def number_problem(value: Any, want: type, lo: float, hi: float, *, from_text: b
     else:
         if isinstance(value, str) and not from_text:
             return None, f"must be a number, got {shown(value)}"
+        if isinstance(value, str) and value.strip().lower().lstrip("+-") in (".nan", ".inf"):  # YAML's own spellings
+            value = value.strip().lower().replace(".", "", 1)
         try:
             number = float(value)
         except (ValueError, OverflowError, TypeError):

@@ -106,12 +106,40 @@ def map_settings(src: Source) -> Mapped:
         unmodelled["generation_kwargs"] = generation
     _precision(data, init, fields_, ck, notes)
     _checkpointing(data, fields_, ck, notes, unmodelled)
+    _groups(data, fields_, ck)
     if ck.problems:
         raise SpecError(ck.problems)
     if fields_.get("use_vllm"):
         fields_["trainer"] = "trl"
         notes.append("use_vllm: generation with vLLM runs through TRL's GRPOTrainer (trainer trl), which needs trl and a CUDA GPU")
     return Mapped(fields_, unmodelled, tuple(notes))
+
+
+#: The batch keys whose product TRL's GRPOConfig requires num_generations to divide (one process: world size 1).
+BATCH = ("per_device_train_batch_size", "gradient_accumulation_steps")
+
+
+def _groups(data: dict[str, Any], fields_: dict[str, Any], ck: Checker) -> None:
+    """What TRL's GRPOConfig refuses before a step runs: fewer than 2 generations per prompt (a group of one has no
+    standard deviation), and a generation batch that num_generations does not divide (said for one process; TRL counts
+    every process's batch)."""
+    generations = fields_.get("num_generations")
+    if not isinstance(generations, int):
+        return
+    if generations < 2:
+        ck.err(("num_generations",), f"{generations}: GRPO needs at least 2 completions per prompt (a group of one has no standard deviation)")
+        return
+    sizes = [data.get(k, 1) for k in BATCH]
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+        batch = sizes[0] * sizes[1]
+        explicit = data.get("generation_batch_size")
+        batch = explicit if isinstance(explicit, int) and not isinstance(explicit, bool) and explicit > 0 else batch
+        if batch % generations and "per_device_train_batch_size" in data:
+            ck.err(
+                ("num_generations",),
+                f"{generations} does not divide the generation batch of one process ({batch}: per_device_train_batch_size x "
+                "gradient_accumulation_steps, or generation_batch_size); TRL's GRPOConfig refuses it",
+            )
 
 
 def _precision(data: dict[str, Any], init: dict[str, Any], fields_: dict[str, Any], ck: Checker, notes: list[str]) -> None:

@@ -116,6 +116,36 @@ def write_tokenizer(folder: Path, tokens: int, *, specials_last: bool, as_added:
         (folder / name).unlink(missing_ok=True)
 
 
+def sparse(name: str, size: int) -> Callable[[Path], None]:
+    """A file of `size` bytes that takes no room on disk (a hole): what a tokenizer class named in the user's own
+    tokenizer_config.json would read in full, whatever its name."""
+
+    def damage(folder: Path) -> None:
+        with (folder / name).open("wb") as fh:
+            fh.truncate(size)
+
+    return damage
+
+
+def many_templates(count: int) -> Callable[[Path], None]:
+    def damage(folder: Path) -> None:
+        extra = folder / "additional_chat_templates"
+        extra.mkdir(exist_ok=True)
+        for i in range(count):
+            (extra / f"t{i:03d}.jinja").write_text("{{ messages }}")
+
+    return damage
+
+
+def settings_change(name: str, **change: Any) -> Callable[[Path], None]:
+    def damage(folder: Path) -> None:
+        path = folder / name
+        data = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**data, **change}))
+
+    return damage
+
+
 def tokenizer_of(tokens: int, *, specials_last: bool, as_added: bool = False) -> Callable[[Path], None]:
     return lambda folder: write_tokenizer(folder, tokens, specials_last=specials_last, as_added=as_added)
 
@@ -194,7 +224,40 @@ CASES = [
     Case("tokenizer-dev-zero", link("tokenizer.json", "/dev/zero"), "tokenizer.json: not a regular file (a device)"),
     Case("template-file-1MB", template("{{ messages }}" + " " * MB), "chat_template.jinja: 1,000,014 bytes, more than a chat template may hold"),
     Case("config-a-list", lambda f: (f / "config.json").write_text("[" + (f / "config.json").read_text() + "]"), "a list in JSON, not an object"),
+    # the second hostile pass (2026-11-27): settings transformers takes by their truth or passes on unchecked, and files
+    # a tokenizer class reads whatever their name
+    Case("rope-factor-negative", config_change(rope_scaling={"rope_type": "linear", "factor": -2.0}), "rope_scaling.factor: -2.0 is out of range [1,"),
+    Case(
+        "rope-factor-nan",
+        config_text('"rope_scaling": null', '"rope_scaling": {"rope_type": "yarn", "factor": NaN}'),
+        "rope_scaling.factor: nan is out of range",
+    ),
+    Case("rope-not-object", config_change(rope_scaling="linear"), "rope_scaling: must be an object such as"),
+    Case("rope-type-number", config_change(rope_scaling={"rope_type": 3, "factor": 2.0}), "rope_scaling.rope_type: must be a name"),
+    Case("dtype-float128", config_change(torch_dtype="float128"), "torch_dtype: 'float128' is not a torch dtype"),
+    Case("dtype-object", config_change(torch_dtype={"x": 1}), "torch_dtype: {'x': 1} is not a torch dtype"),
+    Case("tie-string", config_change(tie_word_embeddings="yes"), "tie_word_embeddings: must be true or false, got 'yes'"),
+    Case("eos-negative", config_change(eos_token_id=-5), "eos_token_id: must be a token id (an integer from 0 below vocab_size"),
+    Case("eos-beyond-vocab", config_change(eos_token_id=999_999_999), "eos_token_id: must be a token id"),
+    Case("pad-string", config_change(pad_token_id="</s>"), "pad_token_id: must be a token id"),
+    Case("quant-not-object", config_change(quantization_config="x"), "quantization_config: must be an object naming its quant_method"),
+    Case("template-field-list", settings_change("tokenizer_config.json", chat_template=[1, 2]), "chat_template must be a template's text or a list of"),
+    Case("templates-65", many_templates(65), "more than 64 chat templates"),
+    Case("vocab-file-any-name-1500MB", sparse("bpe.codes", 1500 * MB), "bpe.codes: 1,500,000,000 bytes"),
+    Case(
+        "tokenizer-json-any-name-2M",
+        lambda f: (write_tokenizer(f, 2_000_000, specials_last=True), (f / "tokenizer.json").rename(f / "tokenizer.4.0.0.json"))[0],
+        "tokenizer.4.0.0.json: 2,000,004 tokens, more than a tokenizer may hold",
+    ),
     # what only transformers' own classes, the full-size build or the sandbox can find: the probe refuses
+    Case("head-dim-odd", config_change(head_dim=3), "head_dim: head_dim 3 is odd; rotary embeddings rotate pairs", PROBE),
+    Case(
+        "vocab-below-the-tokenizers-ids",
+        config_change(vocab_size=100, bos_token_id=None, eos_token_id=None),
+        "vocab_size: 100 rows, but the tokenizer gives the run ids up to",
+        PROBE,
+    ),
+    Case("generation-config-refused", settings_change("generation_config.json", max_new_tokens=-5), "generation_config.json: transformers", PROBE),
     Case("arch-function", config_change(architectures=["pipeline"]), "architectures[0]: 'pipeline' is not a model class transformers", PROBE),
     Case("arch-other-model", config_change(architectures=["MistralForCausalLM"]), "is not a model class transformers", PROBE),
     Case("act-unknown", config_change(hidden_act="no_such_act"), "cannot build Qwen3ForCausalLM at full size from it: KeyError: 'no_such_act'", PROBE),

@@ -77,6 +77,10 @@ def test_model_init_kwargs_and_vllm(tmp_path: Path) -> None:
         ("attn_implementation: paged\n", "'paged' is not an attention implementation"),
         ("gradient_checkpointing: yes-please\n", "gradient_checkpointing: must be true or false"),
         ("torch_dtype: int8\n", "'int8' is not a dtype"),
+        # what TRL's GRPOConfig refuses before any step: a group of one, a batch the groups do not divide
+        ("num_generations: 1\n", "grpo.yaml:1: num_generations: 1: GRPO needs at least 2 completions per prompt"),
+        ("num_generations: 3\nper_device_train_batch_size: 4\n", "num_generations: 3 does not divide the generation batch of one process (4"),
+        ("beta: .nan\n", "grpo.yaml:1: beta: nan is out of range"),
     ],
 )
 def test_bad_values_name_the_file_line_and_key(tmp_path: Path, text: str, said: str) -> None:

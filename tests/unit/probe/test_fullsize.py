@@ -4,6 +4,7 @@ defines for the config is built, and what only a full-size build finds is bad in
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,29 @@ def test_a_class_that_cannot_generate_or_none_gives_way_to_the_generating_class(
     assert base.name == "Qwen3ForCausalLM" and "Qwen3Model cannot generate" in base.notes[0]
     none = check(tmp_path, {**QWEN3_8B, "architectures": []})
     assert none.name == "Qwen3ForCausalLM" and "no architectures" in none.notes[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"head_dim": 3}, "head_dim: head_dim 3 is odd"),  # builds on meta; its first forward fails in the rotary embedding
+        ({"head_dim": None, "hidden_size": 8190, "num_attention_heads": 64}, "head_dim: head_dim 127 is odd"),
+        ({"rope_scaling": "linear"}, "refuses it"),  # the config class's own AttributeError on a user's value is bad input
+        ({"torch_dtype": "float128"}, "refuses it"),
+    ],
+)
+def test_what_the_meta_build_cannot_show_is_bad_input(tmp_path: Path, change: dict[str, Any], said: str) -> None:
+    with pytest.raises(ProbeInputError, match=re.escape(said)):
+        check(tmp_path, {**LLAMA3_70B, **change})
+
+
+def test_a_refused_generation_config_is_bad_input_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "generation_config.json").write_text(json.dumps({"max_new_tokens": -5}))
+    with pytest.raises(ProbeInputError, match=r"generation_config\.json: transformers .* cannot load it"):
+        check(tmp_path, QWEN3_8B)
+
+
+def test_a_quantized_config_says_the_tiny_model_trains_unquantized() -> None:
+    note = fullsize.quantization_note({**QWEN3_8B, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}})
+    assert note is not None and "the tiny model trains unquantized; its load needs bitsandbytes" in note
+    assert fullsize.quantization_note(QWEN3_8B) is None

@@ -87,7 +87,7 @@ def test_released_configs_pass_and_nulls_are_left_to_the_config_class() -> None:
     for config in (QWEN3_8B, QWEN3_30B_A3B, QWEN3_VL_8B):
         assert field_problems(config) == []
     assert field_problems({**QWEN3_8B, "num_key_value_heads": None, "sliding_window": None, "head_dim": None}) == []
-    assert field_problems({**QWEN3_8B, "quantization_config": {"hidden_size": -1}}) == []  # not a model sub-config
+    assert field_problems({**QWEN3_8B, "quantization_config": {"quant_method": "fp8", "hidden_size": -1}}) == []  # not a model sub-config
 
 
 def test_experts_are_bounded_by_layers_and_routing() -> None:
