@@ -393,7 +393,10 @@ def shrunk(source: ModelSource, tokenizer: Any, prompts: list[str], texts: list[
     where = Path(source.path) / "config.json"
     rows = embedding_rows(tokenizer, prompts, texts, source.path)
     check_vocabulary(source.arch.raw, tokenizer, prompts, texts, where)
-    tiny, changes = shrink.shrink(source.arch.raw, rows)
+    try:
+        tiny, changes = shrink.shrink(source.arch.raw, rows)
+    except shrink.ShrinkError as exc:  # the user's architecture, not the environment: bad input
+        raise ProbeInputError(f"{where}: {exc}") from None
     notes = [source.arch.full_size_note(), *source.arch.notes]
     if (quantized := fullsize.quantization_note(source.arch.raw)) is not None:
         notes.append(quantized)

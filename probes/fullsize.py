@@ -138,6 +138,11 @@ def model_maker(raw: dict[str, Any], config: Any, where: Path, *, trusted: bool)
     names = raw.get("architectures") or []
     named = names[0] if names else None
     model_type = raw["model_type"]
+    if getattr(config, "is_encoder_decoder", False):
+        raise ProbeInputError(
+            f"{where}: model_type {model_type!r} is an encoder-decoder model; GRPO (the probe's loop and TRL's trainer) trains decoder-only "
+            "and image-text models"
+        )
     own: Any = getattr(transformers, named, None) if isinstance(named, str) and named.isidentifier() and not named.startswith("_") else None
     if _defines(own, config):
         if _can_generate(own):

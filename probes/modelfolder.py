@@ -53,7 +53,7 @@ FIELDS: dict[str, tuple[type, float, float]] = {
     "head_dim": (int, 1, 4096),
     "vocab_size": (int, 1, 1 << 24),
     "max_position_embeddings": (int, 1, 1 << 24),
-    "sliding_window": (int, 0, (1 << 31) - 1),
+    "sliding_window": (int, 1, (1 << 31) - 1),  # null says "no window"; a window of 0 tokens attends to nothing
     "num_experts": (int, 0, 4096),
     "num_local_experts": (int, 0, 4096),
     "n_routed_experts": (int, 0, 4096),
@@ -81,6 +81,39 @@ FIELDS: dict[str, tuple[type, float, float]] = {
     "norm_eps": (float, 0, 1),
     "norm_epsilon": (float, 0, 1),
     "rope_theta": (float, 1e-3, 1e15),
+    "rope_local_base_freq": (float, 1e-3, 1e15),
+    # probabilities, scales and loss weights: a dropout of 1.5 or a NaN init fails in the first step, not at build
+    "attention_dropout": (float, 0, 1),
+    "hidden_dropout": (float, 0, 1),
+    "dropout": (float, 0, 1),
+    "activation_dropout": (float, 0, 1),
+    "resid_pdrop": (float, 0, 1),
+    "embd_pdrop": (float, 0, 1),
+    "attn_pdrop": (float, 0, 1),
+    "classifier_dropout": (float, 0, 1),
+    "initializer_range": (float, 1e-12, 1),
+    "router_aux_loss_coef": (float, 0, 1e6),
+    "router_z_loss_coef": (float, 0, 1e6),
+    "attn_logit_softcapping": (float, 1e-6, 1e6),
+    "final_logit_softcapping": (float, 1e-6, 1e6),
+    "query_pre_attn_scalar": (float, 1e-6, 1e9),
+    "sliding_window_pattern": (int, 1, 4096),
+}
+#: Names some configs give the sizes above (their config class's attribute_map: GPT-2's n_layer, MPT's d_model, ...):
+#: checked with the same bounds, and the shrink reads them where the usual name is absent.
+ALIASES = {
+    "n_layer": "num_hidden_layers",
+    "n_layers": "num_hidden_layers",
+    "num_layers": "num_hidden_layers",
+    "n_embd": "hidden_size",
+    "d_model": "hidden_size",
+    "n_head": "num_attention_heads",
+    "n_heads": "num_attention_heads",
+    "n_positions": "max_position_embeddings",
+    "n_ctx": "max_position_embeddings",
+    "n_inner": "intermediate_size",
+    "d_ff": "intermediate_size",
+    "ffn_dim": "intermediate_size",
 }
 #: Fields transformers takes as booleans: any other JSON value would be read as true or false by its truth.
 BOOLEANS = ("tie_word_embeddings", "use_sliding_window", "attention_bias", "mlp_bias", "use_cache", "norm_topk_prob", "use_qk_norm")
@@ -142,7 +175,7 @@ def field_problems(config: dict[str, Any]) -> list[str]:
     parts = [("", config)] + [(f"{k}.", v) for k, v in config.items() if k.endswith("_config") and k not in NOT_MODEL and isinstance(v, dict)]
     for prefix, part in parts:
         checked: dict[str, Any] = {}
-        for key, (want, lo, hi) in FIELDS.items():
+        for key, (want, lo, hi) in [*FIELDS.items(), *((a, FIELDS[c]) for a, c in ALIASES.items())]:
             value = part.get(key)
             if value is None:
                 continue
@@ -152,9 +185,13 @@ def field_problems(config: dict[str, Any]) -> list[str]:
                 if problem:
                     problems.append(f"{prefix}{key}{'' if index is None else f'[{index}]'}: {problem}")
                 elif index is None:
-                    checked[key] = number
-        problems += _related(checked, prefix)
+                    checked.setdefault(ALIASES.get(key, key), number)
+        problems += _related(checked, prefix, part)
         problems += _typed(part, prefix, checked.get("vocab_size"))
+    for key, value in config.items():
+        if key.endswith("_config") and key not in NOT_MODEL and value is not None and not isinstance(value, dict):
+            problems.append(f"{key}: must be an object (the sub-model's settings), got {untrusted.shown(value)}")
+    problems += _towers(config)
     quant = config.get("quantization_config")
     if quant is not None and not (isinstance(quant, dict) and isinstance(quant.get("quant_method"), str)):
         problems.append(f"quantization_config: must be an object naming its quant_method, got {untrusted.shown(quant)}")
@@ -191,6 +228,17 @@ def _typed(part: dict[str, Any], prefix: str, vocab: int | None) -> list[str]:
     return problems
 
 
+def _towers(config: dict[str, Any]) -> list[str]:
+    """A vision tower whose output width is not the text model's: its features cannot be merged into the text stream
+    (the meta build makes both towers without noticing; the first image does)."""
+    vision, text = config.get("vision_config"), config.get("text_config")
+    width = vision.get("out_hidden_size") if isinstance(vision, dict) else None
+    hidden = (text if isinstance(text, dict) else config).get("hidden_size")
+    if isinstance(width, int) and isinstance(hidden, int) and not isinstance(width, bool) and 0 < width != hidden > 0:
+        return [f"vision_config.out_hidden_size: {width} is not the text model's hidden_size {hidden}; image features could not join the text"]
+    return []
+
+
 def _rope(value: Any, where: str) -> list[str]:
     """A rotary setting: nothing, or an object (5.x also one per layer type) of a named type and numbers in range."""
     if value is None:
@@ -215,10 +263,19 @@ def _rope(value: Any, where: str) -> list[str]:
     return problems
 
 
-def _related(sizes: dict[str, Any], prefix: str) -> list[str]:
+def _related(sizes: dict[str, Any], prefix: str, part: dict[str, Any] | None = None) -> list[str]:
     """What single fields cannot show: KV heads that do not divide the heads, more experts per token than
-    experts, more expert blocks than a full-size check can build in seconds."""
+    experts, more expert blocks than a full-size check can build in seconds, mrope sections that do not fill the
+    rotary half of the head (the shrink rescales them, so only the full size shows it)."""
     problems = []
+    head_dim = sizes.get("head_dim") or (
+        sizes["hidden_size"] // sizes["num_attention_heads"] if sizes.get("hidden_size") and sizes.get("num_attention_heads") else None
+    )
+    for key in ROPE_KEYS:
+        rope = (part or {}).get(key)
+        section = rope.get("mrope_section") if isinstance(rope, dict) else None
+        if head_dim and isinstance(section, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in section) and 2 * sum(section) != head_dim:
+            problems.append(f"{prefix}{key}.mrope_section: {section} sums to {sum(section)}; head_dim {head_dim} needs {head_dim // 2}")
     heads, kv = sizes.get("num_attention_heads"), sizes.get("num_key_value_heads")
     if heads and kv and heads % kv:
         problems.append(

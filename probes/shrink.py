@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from probes import modelfolder
+
 #: The shrunk decoder: what the built-in tiny families use (probes/families.py `_text`).
 HIDDEN, INTERMEDIATE, HEADS, HEAD_DIM = 64, 128, 4, 16
 #: Layers kept: enough to hold one layer of every kind the config mixes (sliding and full attention,
@@ -173,6 +175,9 @@ def shrink(config: dict[str, Any], vocab: int) -> tuple[dict[str, Any], dict[str
     text_key = "text_config" if isinstance(tiny.get("text_config"), dict) and "num_hidden_layers" in tiny["text_config"] else None
     text = tiny[text_key] if text_key else tiny
     prefix = f"{text_key}." if text_key else ""
+    for alias, name in modelfolder.ALIASES.items():  # GPT-2's n_layer, MPT's d_model: the config class maps the usual name onto them
+        if alias in text and name not in text:
+            text[name] = text.pop(alias)
     if "num_hidden_layers" not in text:
         raise ShrinkError("config.json has no num_hidden_layers (top level or text_config): not a decoder model preflight can shrink")
     old_hidden = text.get("hidden_size")

@@ -276,7 +276,8 @@ def number_problem(value: Any, want: type, lo: float, hi: float, *, from_text: b
         except (ValueError, OverflowError, TypeError):
             return None, f"must be a number, got {shown(value)}"
     if not lo <= number <= hi:
-        return None, f"{number} is out of range [{lo:g}, {hi:g}]"
+        bounds = f"[{int(lo)}, {int(hi)}]" if want is int else f"[{lo:g}, {hi:g}]"
+        return None, f"{number} is out of range {bounds}"
     return number, None
 
 

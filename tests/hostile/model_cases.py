@@ -249,6 +249,11 @@ CASES = [
         lambda f: (write_tokenizer(f, 2_000_000, specials_last=True), (f / "tokenizer.json").rename(f / "tokenizer.4.0.0.json"))[0],
         "tokenizer.4.0.0.json: 2,000,004 tokens, more than a tokenizer may hold",
     ),
+    Case("sliding-window-zero", config_change(use_sliding_window=True, sliding_window=0), "sliding_window: 0 is out of range [1, 2147483647]"),
+    Case("dropout-above-one", config_change(attention_dropout=1.5), "attention_dropout: 1.5 is out of range [0, 1]"),
+    Case("init-range-nan", config_text('"initializer_range": 0.02', '"initializer_range": NaN'), "initializer_range: nan is out of range"),
+    Case("layers-by-another-name", config_change(n_layer=50_000), "n_layer: 50000 is out of range [1, 512]"),
+    Case("text-config-a-list", config_change(text_config=[1, 2]), "text_config: must be an object (the sub-model's settings), got [1, 2]"),
     # what only transformers' own classes, the full-size build or the sandbox can find: the probe refuses
     Case("head-dim-odd", config_change(head_dim=3), "head_dim: head_dim 3 is odd; rotary embeddings rotate pairs", PROBE),
     Case(

@@ -90,3 +90,9 @@ def test_a_quantized_config_says_the_tiny_model_trains_unquantized() -> None:
     note = fullsize.quantization_note({**QWEN3_8B, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}})
     assert note is not None and "the tiny model trains unquantized; its load needs bitsandbytes" in note
     assert fullsize.quantization_note(QWEN3_8B) is None
+
+
+def test_an_encoder_decoder_is_no_model_grpo_trains(tmp_path: Path) -> None:
+    t5 = {"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "d_model": 64, "d_ff": 128, "num_layers": 2, "num_heads": 4, "vocab_size": 512}
+    with pytest.raises(ProbeInputError, match="'t5' is an encoder-decoder model"):
+        check(tmp_path, t5)

@@ -83,3 +83,10 @@ def test_shown_cuts_long_lists() -> None:
 def test_a_config_without_layers_cannot_be_shrunk() -> None:
     with pytest.raises(ShrinkError, match="num_hidden_layers"):
         shrink({"model_type": "bert_like"}, vocab=10)
+
+
+def test_sizes_under_another_name_shrink_too() -> None:
+    """GPT-2 names its sizes n_layer, n_embd, n_head, n_positions (its config class maps the usual names onto them)."""
+    gpt2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}
+    tiny, changes = shrink(gpt2, 4096)
+    assert "n_layer" not in tiny and tiny["num_hidden_layers"] < 12 and changes["num_hidden_layers"][0] == 12
