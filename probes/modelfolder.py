@@ -214,7 +214,7 @@ def _typed(part: dict[str, Any], prefix: str, vocab: int | None) -> list[str]:
     for key in TOKEN_IDS:
         value = part.get(key)
         ids = value if isinstance(value, list) and key == "eos_token_id" else [value]
-        for item in ids if value is not None else []:
+        for item in ids if value is not None and not (key == "pad_token_id" and value == -1) else []:  # -1: LLaMA-1's "no pad"
             if isinstance(item, bool) or not isinstance(item, int) or item < 0 or (vocab is not None and item >= vocab):
                 top = f" below vocab_size {vocab}" if vocab is not None else ""
                 problems.append(f"{prefix}{key}: must be a token id (an integer from 0{top}), got {untrusted.shown(value)}")
@@ -225,6 +225,29 @@ def _typed(part: dict[str, Any], prefix: str, vocab: int | None) -> list[str]:
             problems.append(f"{prefix}{key}: {untrusted.shown(value)} is not a torch dtype ({', '.join(DTYPES[:4])}, ...)")
     for key in ROPE_KEYS:
         problems += _rope(part.get(key), f"{prefix}{key}")
+    return problems
+
+
+#: Sampling settings of a generation_config.json, as transformers' GenerationConfig means them (NaN loads, then fails
+#: the first sampling step).
+SAMPLING: dict[str, tuple[type, float, float]] = {
+    "temperature": (float, 0, 1e6),
+    "top_p": (float, 0, 1),
+    "top_k": (int, 0, 1 << 24),
+    "max_new_tokens": (int, 1, 1 << 24),
+}
+
+
+def generation_problems(data: Any) -> list[str]:
+    """A generation_config.json: an object whose sampling settings are numbers in range."""
+    if not isinstance(data, dict):
+        return [f"must be an object of generation settings, got {untrusted.kind_of(data)}"]
+    problems = []
+    for key, (want, lo, hi) in SAMPLING.items():
+        if data.get(key) is not None:
+            _, problem = untrusted.number_problem(data[key], want, lo, hi)
+            if problem:
+                problems.append(f"{key}: {problem}")
     return problems
 
 
@@ -318,6 +341,8 @@ def check_tokenizer_files(folder: Path) -> None:
         path = folder / name
         if path.exists() or path.is_symlink():
             data = untrusted.read_json(path, untrusted.TOKENIZER_SETTINGS)
+            if name == "generation_config.json" and (problems := generation_problems(data)):
+                raise Refused(f"{path}: " + "; ".join(problems))
             template = data.get("chat_template") if isinstance(data, dict) else None
             if template is not None:
                 _check_template_field(path, template)

@@ -194,7 +194,7 @@ CASES = [
     Case("vocab-zero", config_change(vocab_size=0), "vocab_size: 0 is out of range"),
     Case("intermediate-negative", config_change(intermediate_size=-1), "intermediate_size: -1 is out of range"),
     Case("routed-more-than-experts", moe(num_experts_per_tok=256), "num_experts_per_tok: 256 is more than the 128 experts"),
-    Case("experts-times-layers", moe(num_experts=4096, num_hidden_layers=512), "expert blocks, more than 65,536"),
+    Case("experts-times-layers", moe(num_experts=4096, num_hidden_layers=512), "expert blocks, more than 32,768"),
     # values not typed
     Case("width-string", config_change(hidden_size="4096"), "hidden_size: must be an integer, got '4096'"),
     Case("width-float", config_change(intermediate_size=12288.5), "intermediate_size: must be an integer, got 12288.5"),
@@ -248,6 +248,11 @@ CASES = [
         "tokenizer-json-any-name-2M",
         lambda f: (write_tokenizer(f, 2_000_000, specials_last=True), (f / "tokenizer.json").rename(f / "tokenizer.4.0.0.json"))[0],
         "tokenizer.4.0.0.json: 2,000,004 tokens, more than a tokenizer may hold",
+    ),
+    Case(
+        "generation-temperature-nan",
+        settings_change("generation_config.json", temperature=float("nan")),
+        "generation_config.json: temperature: nan is out of range",
     ),
     Case("sliding-window-zero", config_change(use_sliding_window=True, sliding_window=0), "sliding_window: 0 is out of range [1, 2147483647]"),
     Case("dropout-above-one", config_change(attention_dropout=1.5), "attention_dropout: 1.5 is out of range [0, 1]"),
