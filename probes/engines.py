@@ -10,6 +10,7 @@ that need it (it is installed only where a scenario asks for ZeRO).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -71,13 +72,32 @@ def use_deepspeed_on(device_type: str) -> None:
 SHARED_OPS = ("ShareMemCommBuilder",)
 
 
+def op_digest(builder: Any) -> str:
+    """What a compiled op is made of: the bytes of its sources and of the headers in its include folders, and the
+    flags it is compiled and linked with. Two deepspeed releases whose op did not change share one build."""
+    digest = hashlib.sha256(str(builder.name).encode())
+    paths: list[Path] = []
+    for source in builder.strip_empty_entries(builder.sources()):
+        paths.append(Path(builder.deepspeed_src_path(source)))
+    for include in builder.strip_empty_entries(builder.include_paths()):
+        found = Path(builder.deepspeed_src_path(include))
+        paths += sorted(p for p in found.rglob("*") if p.is_file()) if found.is_dir() else [found]
+    for path in paths:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes() if path.is_file() else b"-")
+    for flags in ("cxx_args", "extra_ldflags"):
+        with contextlib.suppress(Exception):  # a builder that cannot say (no compiler found) is keyed without them
+            digest.update(repr(getattr(builder, flags)()).encode())
+    return digest.hexdigest()[:16]
+
+
 def shared_op(builder_name: str, folder: Path) -> Any:
-    """Load one of DeepSpeed's JIT ops from `folder`, building it there first under a lock if no environment of
-    the same torch, deepspeed, Python and compiler did (the folder's name is their hash, chosen by the caller),
-    and hand it to DeepSpeed's op cache, so `builder.load()` returns it without compiling. Why by hand: torch's
-    JIT cache is keyed by the absolute paths of the sources and includes, which differ between virtualenvs, so
-    two environments with the same torch and deepspeed would compile the same op twice. None where DeepSpeed
-    has no such op for this accelerator or it cannot be built here (DeepSpeed then does what it would)."""
+    """Load one of DeepSpeed's JIT ops from a folder under `folder` (named by `op_digest`), building it there first
+    under a lock if no environment of the same torch, Python, compiler and op did (`folder` is named by the first
+    three, chosen by the caller), and hand it to DeepSpeed's op cache, so `builder.load()` returns it without
+    compiling. Why by hand: torch's JIT cache is keyed by the absolute paths of the sources and includes, which
+    differ between virtualenvs, so two environments with the same torch would compile the same op twice. None where
+    DeepSpeed has no such op for this accelerator or it cannot be built here (DeepSpeed then does what it would)."""
     import fcntl
     import importlib.util
     import shutil
@@ -91,6 +111,10 @@ def shared_op(builder_name: str, folder: Path) -> Any:
     loaded: dict[str, Any] = vars(owner)["_loaded_ops"] if owner is not None else {}
     if owner is None or builder.name in loaded:
         return loaded.get(builder.name)
+    try:
+        folder = folder / op_digest(builder)
+    except (OSError, AttributeError, TypeError):  # a builder of another shape: no sharing, DeepSpeed builds its own
+        return None
     folder.mkdir(parents=True, exist_ok=True)
     library = folder / f"{builder.name}.so"
     with (folder / ".lock").open("a") as lock:

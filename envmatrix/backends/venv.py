@@ -164,13 +164,14 @@ class VenvBackend(ProcessBackend):
 def _cell_env(venv: Path, env: Environment | None = None) -> dict[str, str]:
     """The cells' variables: every cache (the hub, vLLM, inductor, Triton, extensions compiled at first use)
     in the environment's own folder (probes/caches.py), shared by its cells and never by another environment's
-    or the user's home; DeepSpeed's JIT ops in a folder shared by the environments of the same torch, deepspeed,
-    Python and compiler (built once, under a lock)."""
+    or the user's home; DeepSpeed's JIT ops in a folder shared by the environments of the same torch, Python,
+    compiler and op sources (built once, under a lock)."""
     out = {**os.environ, "PYTHONUNBUFFERED": "1", **caches.variables(venv / CACHES)}
     out.pop("PYTHONDONTWRITEBYTECODE", None)  # the cells write the bytecode of what they import, once (module docstring)
     deepspeed = env.package("deepspeed") if env is not None else "none"
     if env is not None and deepspeed != "none":
-        facts = {"torch": env.torch, "cuda": env.cuda, "deepspeed": deepspeed, "python": env.python, "compiler": compiler(), "machine": platform.machine()}
+        # deepspeed is not in the key: the probe names the op's folder by its sources' bytes (engines.op_digest)
+        facts = {"torch": env.torch, "cuda": env.cuda, "python": env.python, "compiler": compiler(), "machine": platform.machine()}
         out.update(caches.shared_ops(venv.parent / SHARED_OPS, facts))
     return out
 

@@ -132,8 +132,9 @@ class GpuPool:
 #: What a runner without GPUs runs: the cpu cells.
 CPU_ONLY: Mapping[str, Sequence[int]] = {"cpu": ()}
 #: Environments prepared at once, beside the running cells: preparing the next overlaps with the cells
-#: of the ones ready (a build is mostly downloads, unpacking and bytecode compiling: one at a time).
-PREPARE_AT_ONCE = 1
+#: of the ones ready. A build is downloads and unpacking (bytecode is not compiled at install): two at a time,
+#: so a large one (vLLM's, 3 GB) does not hold back the small ones queued behind it.
+PREPARE_AT_ONCE = 2
 
 
 def host_cores() -> int:
