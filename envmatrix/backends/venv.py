@@ -32,6 +32,7 @@ from ..jsonio import read_json
 from ..plan.builds import Build
 from ..plan.cells import Environment
 from ..plan.install import InstallSet, Sources, install_set
+from ..run.execute import PROBE
 from ..run.locking import exclusive
 from . import BuildFailed, Prepared, ProcessBackend
 
@@ -39,6 +40,7 @@ MARKER = ".envmatrix.json"
 CACHES = ".caches"  # the environment's cache root, inside its venv (rebuilt with it)
 SHARED_OPS = ".shared-ops"  # beside the venvs: compiled ops shared by environments that may share them
 STEP_TIMEOUT_S = 3600
+OPS_TIMEOUT_S = 900  # DeepSpeed's CPU all-reduce compiles in about a minute on 2 cores
 
 
 class VenvBackend(ProcessBackend):
@@ -91,6 +93,7 @@ class VenvBackend(ProcessBackend):
                 self._install(env, python, out)
                 flash = self._install_flash(env, python, out) if env.flash_attn != "none" else None
                 freeze = self._freeze(python, out)
+                self._build_ops(env, python, target, out)
             facts: dict[str, object] = {
                 "inputs": key,
                 "tool": "uv" if self.uv else "pip",
@@ -104,6 +107,21 @@ class VenvBackend(ProcessBackend):
             }
             (target / MARKER).write_text(json.dumps(facts, indent=2))
             return Prepared(str(python), float(str(facts["seconds"])), False, facts=facts, env=_cell_env(target, env))
+
+    def _build_ops(self, env: Environment, python: Path, target: Path, out: IO[bytes]) -> None:
+        """DeepSpeed's ops compiled at first use (on CPU its shared-memory all-reduce, about a minute), built here, while
+        the environment is prepared beside other environments' cells, into the shared folder its cells load from:
+        else a cell builds it, and the other cells of its environment wait on the lock holding their slots. A failure
+        is the cells' to meet (DeepSpeed then does what it would), so it is logged, not raised."""
+        if env.package("deepspeed") == "none" or env.cuda != "none":
+            return
+        code = "from probes import engines; engines.use_deepspeed_on('cpu')"
+        run_env = {**_cell_env(target, env), "PYTHONPATH": str(PROBE.parent.parent)}
+        out.write(b"$ build DeepSpeed's ops once for the environments that share them\n")
+        out.flush()
+        done = subprocess.run([str(python), "-c", code], stdout=out, stderr=subprocess.STDOUT, env=run_env, check=False, timeout=OPS_TIMEOUT_S)
+        if done.returncode != 0:
+            out.write(f"(not built here, exit {done.returncode}: the first cell that needs them will)\n".encode())
 
     def _create(self, env: Environment, target: Path, out: IO[bytes]) -> None:
         if self.uv:
