@@ -68,7 +68,7 @@ def _unpinned(stack: Stack, needed: str) -> str:
         return f"{needed}: it names {stack.ranges[needed][0]} at {stack.ranges[needed][1]}, not a pin"
     if stack.about.get(needed):
         return f"{needed}: {stack.about[needed][0]}"
-    return f"{needed}: not in the file"
+    return f"{needed}: not in the stack"
 
 
 def environment_axes(stack: Stack, gpu: str, python: str) -> dict[str, Axis]:
@@ -106,7 +106,7 @@ def environment_axes(stack: Stack, gpu: str, python: str) -> dict[str, Axis]:
     elif flash is not None:
         axes["flash_attn"] = Axis([_check("flash_attn", flash.version, flash.where)], f"{flash.where}")
     else:
-        axes["flash_attn"] = Axis(["none"], _unpinned(stack, "flash-attn").replace("flash-attn: not in the file", "no flash-attn in the file"))
+        axes["flash_attn"] = Axis(["none"], _unpinned(stack, "flash-attn").replace("flash-attn: not in the stack", "no flash-attn in the stack"))
     axes["gpu"] = Axis([_check("gpu", gpu, "--gpu")], "")  # its source: draft's Where
     axes["python"] = Axis([_check("python", python, "python")], "")
     return {axis: axes[axis] for axis in AXES}

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import InputError
+from ..facts import pkgconstraints
 from ..host.pipconfig import TORCH_INDEX, PipSettings, read_pip_settings
 from ..jsonio import write_json_atomic, write_text_atomic
 from ..records.outcomes import Outcome
@@ -68,9 +69,40 @@ def index_differences(build: BuildFacts, mine: PipSettings) -> list[str]:
     return diffs
 
 
+#: pip's words for a pin it finds no wheel of (with --only-binary :all:).
+_NO_WHEEL = re.compile(r"No matching distribution found for ([A-Za-z0-9._-]+)==([A-Za-z0-9.+!_-]+)")
+
+
 def pip_report(pins: list[str], build: BuildFacts) -> list[dict[str, str]]:
-    """URL and sha256 of each pinned distribution, from the same indexes the environment used.
-    Wheels only: pip never builds (runs) an sdist to answer."""
+    """URL and sha256 of each pinned distribution, from the same indexes the environment used. Wheels through pip's
+    report; a release published only as an sdist (DeepSpeed) by its index's JSON page (PEP 691), the sdist never built
+    or run: pip never builds (runs) an sdist to answer."""
+    rest: list[str] = list(pins)
+    sdists: list[dict[str, str]] = []
+    for _ in range(len(pins) + 1):
+        try:
+            return sorted(_wheel_report(rest, build) + sdists, key=lambda e: e["name"].lower())
+        except _NoWheel as missing:
+            name, version = missing.pin
+            try:
+                url, sha = pkgconstraints.sdist_url(name, version, build.index_url or PYPI)
+            except (OSError, ValueError, KeyError) as exc:
+                raise InputError(f"pip could not look up the pinned files: no wheel of {name}=={version}, and its sdist: {exc}") from None
+            sdists.append({"name": name, "version": version, "url": url, "sha256": sha})
+            rest = [p for p in rest if not p.lower().replace("_", "-").startswith(f"{name.lower().replace('_', '-')}==")]
+    raise InputError("pip could not look up the pinned files")
+
+
+class _NoWheel(Exception):
+    def __init__(self, pin: tuple[str, str]) -> None:
+        super().__init__(f"{pin[0]}=={pin[1]}")
+        self.pin = pin
+
+
+def _wheel_report(pins: list[str], build: BuildFacts) -> list[dict[str, str]]:
+    """URL and sha256 of each pinned wheel (pip's install report); _NoWheel naming the first pin with none."""
+    if not pins:
+        return []
     if importlib.util.find_spec("pip") is None:
         raise InputError(f"looking up the pinned files' hashes needs pip in {sys.executable}; install it (python -m ensurepip, or uv pip install pip)")
     args = [
@@ -98,6 +130,8 @@ def pip_report(pins: list[str], build: BuildFacts) -> list[dict[str, str]]:
         report = Path(tmp) / "report.json"
         proc = subprocess.run([*args, "--report", str(report), "-r", str(reqs)], capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
+            if found := _NO_WHEEL.search(proc.stderr):
+                raise _NoWheel((found.group(1), found.group(2)))
             raise InputError(f"pip could not look up the pinned files: {proc.stderr.strip()[-800:]}")
         data = json.loads(report.read_text())
     entries = []
@@ -110,7 +144,7 @@ def pip_report(pins: list[str], build: BuildFacts) -> list[dict[str, str]]:
         if not _NAME.fullmatch(name) or not _VERSION.fullmatch(version) or any(c in str(info["url"]) for c in '\n\r "\\'):
             raise InputError(f"{name!r} {version!r}: pip reported a name, version or URL that cannot go into a lock file")
         entries.append({"name": name, "version": version, "url": str(info["url"]), "sha256": sha})
-    return sorted(entries, key=lambda e: e["name"].lower())
+    return entries
 
 
 def flash_entry(build: BuildFacts) -> dict[str, str] | None:

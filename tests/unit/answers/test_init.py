@@ -140,7 +140,7 @@ def test_what_a_cpu_runner_or_another_build_cannot_run_is_said(tmp_path: Path) -
     assert cpu_build.values == ["12.8"] and "+cpu, but the GPU type is H100" in cpu_build.source
     with pytest.raises(InputError, match=r"torch 2\.7\.1\+rocm6\.3 is not a CUDA or CPU build"):
         make(tmp_path, "torch==2.7.1+rocm6.3\ntransformers==4.57.6\n", gpu="H100")
-    with pytest.raises(InputError, match=r"no exact pin of torch and transformers \(torch: it names >=2\.6.*transformers: not in the file\).*--current"):
+    with pytest.raises(InputError, match=r"no exact pin of torch and transformers \(torch: it names >=2\.6.*transformers: not in the stack\).*--current"):
         make(tmp_path, "torch>=2.6\npeft==0.17.1\n")
 
 

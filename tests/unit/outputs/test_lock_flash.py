@@ -3,6 +3,11 @@ URL and the sha256 of the file installed (the build facts both backends record).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
 from envmatrix.outputs.lock import flash_entry, pylock_toml, requirements_lock
 from envmatrix.records.record import BuildFacts
 
@@ -28,3 +33,33 @@ def test_no_entry_without_a_fetched_wheel() -> None:
     assert flash_entry(BuildFacts(flash_attn=built)) is None
     local = {"file": WHEEL, "sha256": SHA, "source": "wheelhouse", "origin": f"/srv/wheels/{WHEEL}"}
     assert flash_entry(BuildFacts(flash_attn=local)) is None
+
+
+def test_a_release_published_only_as_an_sdist_is_locked_by_its_index_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSpeed has no wheels: pip (wheels only: it never builds an sdist to answer) finds none, so its sdist's URL and
+    sha256 come from the index's JSON page; the wheels are pip's."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from envmatrix.outputs import lock
+    from envmatrix.records.record import BuildFacts
+
+    asked: list[list[str]] = []
+
+    def fake_pip(args: list[str], **kw: object) -> SimpleNamespace:
+        pins = Path(args[-1]).read_text().split()
+        asked.append(pins)
+        if any(p.startswith("deepspeed==") for p in pins):
+            return SimpleNamespace(returncode=1, stderr="ERROR: No matching distribution found for deepspeed==0.18.4\n")
+        wheel = {
+            "metadata": {"name": "torch", "version": "2.13.0"},
+            "download_info": {"url": "https://x.example/torch-2.13.0.whl", "archive_info": {"hashes": {"sha256": "a" * 64}}},
+        }
+        Path(args[args.index("--report") + 1]).write_text(json.dumps({"install": [wheel]}))
+        return SimpleNamespace(returncode=0, stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_pip)
+    monkeypatch.setattr(lock.pkgconstraints, "sdist_url", lambda name, version, index: (f"https://x.example/{name}-{version}.tar.gz", "b" * 64))
+    entries = lock.pip_report(["torch==2.13.0", "deepspeed==0.18.4"], BuildFacts())
+    assert [(e["name"], e["url"].rsplit("/", 1)[-1]) for e in entries] == [("deepspeed", "deepspeed-0.18.4.tar.gz"), ("torch", "torch-2.13.0.whl")]
+    assert asked == [["torch==2.13.0", "deepspeed==0.18.4"], ["torch==2.13.0"]]
