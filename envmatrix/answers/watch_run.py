@@ -77,7 +77,7 @@ class Cells:
             self.cached += report.cached
             for record in report.records:
                 out[record.cell.scenario] = record
-        return out
+        return {s: out[s] for s in scenarios if s in out}  # in the profile's order, however they came: one summary for one answer
 
 
 def baseline_environment(profile: Profile, gpu: str) -> Environment:

@@ -13,7 +13,7 @@ from typing import Any
 from ..facts import enginefailures, errorcodes
 from .logscan import LogScan
 from .rules import Judged
-from .tracebacks import Raised
+from .tracebacks import Raised, looked_through
 
 #: A package's statement of what it needs and what it found, in the forms packages print it: pip's resolver (`trl 0.19.1
 #: requires transformers>=4.46.0, but you have transformers 4.44.2`), transformers' dependency check (`huggingface-hub>=0.34.0,
@@ -93,7 +93,7 @@ def ranges(scan: LogScan) -> list[Range]:
 
 def _where(raised: Raised) -> str:
     """`raised in deepspeed (deepspeed.runtime.engine.no_sync), called from transformers`."""
-    frame = next((f for f in reversed(raised.frames) if f.package not in ("python",)), None)
+    frame = next((f for f in reversed(raised.frames) if not looked_through(f)), None)
     if frame is None:
         return ""
     place = f"raised in {raised.package or 'your code'} ({frame.where()})"

@@ -102,9 +102,10 @@ class Raised:
     @property
     def package(self) -> str:
         """The distribution the raising frame belongs to ('' when it is the user's code or there are no frames). The
-        standard library's frames are looked through: an error raised in `multiprocessing` was raised by its caller."""
+        standard library's frames are looked through: an error raised in `multiprocessing` was raised by its caller; so
+        are generic accessors (torch's `Module.__getattr__` raises for whoever asked a model for an attribute)."""
         for frame in reversed(self.frames):
-            if frame.package != "python":
+            if not looked_through(frame):
                 return frame.package
         return ""
 
@@ -114,7 +115,7 @@ class Raised:
         another distribution ('user' for the user's own code); '' when no frame belongs to another."""
         raising = self.package
         for frame in reversed(self.frames):
-            if frame.package not in ("python", raising):
+            if not looked_through(frame) and frame.package != raising:
                 return frame.package or "user"
         return ""
 
@@ -127,6 +128,15 @@ class Raised:
             out.append(node)
             node = node.cause
         return tuple(out)
+
+
+#: Frames that raise on another's behalf: (module, function) of generic accessors, looked through like the standard library.
+ACCESSORS = frozenset({("torch.nn.modules.module", "__getattr__")})
+
+
+def looked_through(frame: Frame) -> bool:
+    """A frame that raises on another's behalf (the standard library, a generic accessor): its caller raised."""
+    return frame.package == "python" or (frame.module, frame.function) in ACCESSORS
 
 
 def frame_of(path: str, line: int | None, function: str) -> Frame:

@@ -273,3 +273,16 @@ def test_the_importer_of_a_missing_name_is_read_from_a_source_checkout() -> None
     log = tb(("/work/Megatron-LM/megatron/core/utils.py", 13, "<module>"), exc="ImportError: cannot import name 'get_widget' from 'deepspeed'")
     v = verdict(log)
     assert v.outcome == "api_mismatch" and "megatron imports get_widget from deepspeed" in v.remedy, v
+
+
+def test_a_generic_accessor_raises_for_the_package_that_asked() -> None:
+    """torch's Module.__getattr__ raises every missing attribute of a model: the package that asked is the one whose
+    expectation the installed release does not meet (trl asking transformers' model for what 5.x removed)."""
+    log = tb(
+        USER,
+        (f"{SP}/trl/trainer/grpo_trainer.py", 400, "__init__"),
+        (f"{SP}/torch/nn/modules/module.py", 1940, "__getattr__"),
+        exc="AttributeError: 'Qwen9ForCausalLM' object has no attribute 'warnings_given'",
+    )
+    v = verdict(log)
+    assert v.outcome == "api_mismatch" and "raised in trl (trl.trainer.grpo_trainer.__init__)" in v.evidence, v
