@@ -267,7 +267,15 @@ CASES = [
         "vocab_size: 100 rows, but the tokenizer gives the run ids up to",
         PROBE,
     ),
-    Case("generation-config-refused", settings_change("generation_config.json", max_new_tokens=-5), "generation_config.json: transformers", PROBE),
+    Case(
+        "generation-config-refused",
+        settings_change("generation_config.json", cache_implementation="no_such_cache"),
+        "generation_config.json: transformers",
+        PROBE,
+    ),
+    Case(
+        "generation-tokens-negative", settings_change("generation_config.json", max_new_tokens=-5), "generation_config.json: max_new_tokens: -5 is out of range"
+    ),
     Case("arch-function", config_change(architectures=["pipeline"]), "architectures[0]: 'pipeline' is not a model class transformers", PROBE),
     Case("arch-other-model", config_change(architectures=["MistralForCausalLM"]), "is not a model class transformers", PROBE),
     Case("act-unknown", config_change(hidden_act="no_such_act"), "cannot build Qwen3ForCausalLM at full size from it: KeyError: 'no_such_act'", PROBE),
