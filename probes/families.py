@@ -391,8 +391,9 @@ def shrunk(source: ModelSource, tokenizer: Any, prompts: list[str], texts: list[
     bound it."""
     assert source.arch is not None and source.path is not None
     where = Path(source.path) / "config.json"
-    rows = embedding_rows(tokenizer, prompts, texts, source.path)
-    check_vocabulary(source.arch.raw, tokenizer, prompts, texts, where)
+    top = highest_id(tokenizer, prompts, texts)  # tokenizing the prompts once serves both
+    rows = embedding_rows(tokenizer, top, source.path)
+    check_vocabulary(source.arch.raw, top, where)
     try:
         tiny, changes = shrink.shrink(source.arch.raw, rows)
     except shrink.ShrinkError as exc:  # the user's architecture, not the environment: bad input
@@ -424,26 +425,25 @@ def highest_id(tokenizer: Any, prompts: list[str], texts: list[str]) -> tuple[in
     return top, next((k for k, v in named.items() if v == top), "a prompt token")
 
 
-def check_vocabulary(raw: dict[str, Any], tokenizer: Any, prompts: list[str], texts: list[str], where: Path) -> None:
+def check_vocabulary(raw: dict[str, Any], highest: tuple[int, str], where: Path) -> None:
     """The full-size embedding holds a row for every id the tokenizer gives the run: a vocab_size at or below one is an
     index out of range at the first step (a device-side assert on a GPU), though the shrunk copy, sized from the
     tokenizer, would train."""
     text = raw["text_config"] if isinstance(raw.get("text_config"), dict) and "vocab_size" in raw["text_config"] else raw
     vocab = text.get("vocab_size")
-    if isinstance(vocab, int) and not isinstance(vocab, bool):
-        top, which = highest_id(tokenizer, prompts, texts)
-        if top >= vocab:
-            key = "text_config.vocab_size" if text is not raw else "vocab_size"
-            raise ProbeInputError(
-                f"{where}: {key}: {vocab:,} rows, but the tokenizer gives the run ids up to {top:,} ({which}); the full-size embedding "
-                "has no row for them (is this the tokenizer of this model?)"
-            )
+    top, which = highest
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and top >= vocab:
+        key = "text_config.vocab_size" if text is not raw else "vocab_size"
+        raise ProbeInputError(
+            f"{where}: {key}: {vocab:,} rows, but the tokenizer gives the run ids up to {top:,} ({which}); the full-size embedding "
+            "has no row for them (is this the tokenizer of this model?)"
+        )
 
 
-def embedding_rows(tokenizer: Any, prompts: list[str], texts: list[str], folder: str) -> int:
-    """Embedding rows for the shrunk model: one past the highest id the probe can meet, and at least shrink.MIN_VOCAB of
-    the tokenizer's tokens to sample from; bad input past MAX_EMBEDDING_ROWS."""
-    top, which = highest_id(tokenizer, prompts, texts)
+def embedding_rows(tokenizer: Any, highest: tuple[int, str], folder: str) -> int:
+    """Embedding rows for the shrunk model: one past the highest id the probe can meet (`highest_id`), and at least
+    shrink.MIN_VOCAB of the tokenizer's tokens to sample from; bad input past MAX_EMBEDDING_ROWS."""
+    top, which = highest
     if top + 1 > untrusted.MAX_EMBEDDING_ROWS:
         raise ProbeInputError(
             f"the tokenizer in {folder} gives the probe ids up to {top:,} ({which}), beyond the {untrusted.MAX_EMBEDDING_ROWS:,} embedding "

@@ -242,12 +242,17 @@ def generation_problems(data: Any) -> list[str]:
     """A generation_config.json: an object whose sampling settings are numbers in range."""
     if not isinstance(data, dict):
         return [f"must be an object of generation settings, got {untrusted.kind_of(data)}"]
+    return _ranged(data, SAMPLING, "")
+
+
+def _ranged(data: dict[str, Any], table: dict[str, tuple[type, float, float]], prefix: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """`prefix key: problem` for each number of a flat table of bounds that `data` sets (null is left to transformers)."""
     problems = []
-    for key, (want, lo, hi) in SAMPLING.items():
-        if data.get(key) is not None:
+    for key, (want, lo, hi) in table.items():
+        if data.get(key) is not None and key not in skip:
             _, problem = untrusted.number_problem(data[key], want, lo, hi)
             if problem:
-                problems.append(f"{key}: {problem}")
+                problems.append(f"{prefix}{key}: {problem}")
     return problems
 
 
@@ -275,11 +280,7 @@ def _rope(value: Any, where: str) -> list[str]:
         if name in value and not isinstance(value[name], str):
             problems.append(f"{where}.{name}: must be a name such as 'linear' or 'yarn', got {untrusted.shown(value[name])}")
     kind = value.get("rope_type", value.get("type"))
-    for name, (want, lo, hi) in ROPE_NUMBERS.items():
-        if name in value and value[name] is not None and not (name == "factor" and kind == "default"):
-            _, problem = untrusted.number_problem(value[name], want, lo, hi)
-            if problem:
-                problems.append(f"{where}.{name}: {problem}")
+    problems += _ranged(value, ROPE_NUMBERS, f"{where}.", skip=("factor",) if kind == "default" else ())
     section = value.get("mrope_section")
     if section is not None and not (isinstance(section, list) and section and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in section)):
         problems.append(f"{where}.mrope_section: must be a list of positive integers, got {untrusted.shown(section)}")

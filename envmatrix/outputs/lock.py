@@ -17,6 +17,9 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from ..errors import InputError
 from ..facts import pkgconstraints
 from ..host.pipconfig import TORCH_INDEX, PipSettings, read_pip_settings
@@ -89,7 +92,7 @@ def pip_report(pins: list[str], build: BuildFacts) -> list[dict[str, str]]:
             except (OSError, ValueError, KeyError) as exc:
                 raise InputError(f"pip could not look up the pinned files: no wheel of {name}=={version}, and its sdist: {exc}") from None
             sdists.append({"name": name, "version": version, "url": url, "sha256": sha})
-            rest = [p for p in rest if not p.lower().replace("_", "-").startswith(f"{name.lower().replace('_', '-')}==")]
+            rest = [p for p in rest if canonicalize_name(Requirement(p).name) != canonicalize_name(name)]
     raise InputError("pip could not look up the pinned files")
 
 

@@ -114,16 +114,12 @@ class _Forks:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self.seen: dict[str, list[str]] = {}
-        self.kept: set[str] = set()
 
     def keep(self, name: str, version: str, *, applies: bool = True) -> bool:
-        """True for the first entry of a package that applies here; every entry is recorded for the note."""
+        """True for the first entry of a package that applies here (the caller pins it); every entry is recorded for the note."""
         key = canonicalize_name(name)
         self.seen.setdefault(key, []).append(version)
-        first = applies and key not in self.kept
-        if first:
-            self.kept.add(key)
-        return first
+        return applies and key not in self.stack.pins
 
     def say(self) -> None:
         for key, builds in self.seen.items():

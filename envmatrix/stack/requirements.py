@@ -35,20 +35,28 @@ _OPTIONS = re.compile(r"\s+--?[A-Za-z]")
 CORE = frozenset({"torch", "transformers", "flash-attn"})
 #: A requirement line that is a URL or a path (pip installs `https://…/pkg-1.0-py3-none-any.whl ; marker` as it is).
 _BARE_URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|file:|\.{1,2}/|/)", re.I)
-#: `git+https://…/trl.git@v0.19.1#egg=trl`: the ref a VCS requirement is pinned to.
+#: `git+https://…/trl.git@v0.19.1#egg=trl`: the ref a VCS requirement is pinned to, and the name it installs as.
 _VCS_REF = re.compile(r"@v?(?P<ref>\d+(?:\.\d+)+[\w.]*)(?:#|$)")
+_EGG = re.compile(r"#egg=([A-Za-z0-9_.-]+)")
 
 
-def wheel_of(url: str) -> tuple[str, str, str] | None:
-    """(name, version, local tag) of the wheel a URL points at, read from its file name (PEP 427); None for anything else."""
-    name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-    if not name.endswith(".whl"):
+def _pin_hint(url: str, name: str) -> str:
+    """What to write to make a package from git an axis: the release its tag names (`trl @ git+…@v0.19.1`)."""
+    ref = _VCS_REF.search(url)
+    return f" (at {ref.group('ref')}: pin {name}=={ref.group('ref')} to make it an axis)" if ref and name else ""
+
+
+def wheel_of(url: str) -> tuple[str, str, str, str] | None:
+    """(file name, name, version, local tag) of the wheel a URL points at, read from its file name (PEP 427); None for
+    anything else."""
+    file = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    if not file.endswith(".whl"):
         return None
     try:
-        dist, version, _, _ = parse_wheel_filename(name)
+        dist, version, _, _ = parse_wheel_filename(file)
     except InvalidWheelFilename:
         return None
-    return str(dist), version.public, version.local or ""
+    return file, str(dist), version.public, version.local or ""
 
 
 def _bare(line: str) -> str | None:
@@ -59,8 +67,8 @@ def _bare(line: str) -> str | None:
     url, _, marker = line.partition(";")
     url = url.strip()
     wheel = wheel_of(url)
-    egg = re.search(r"#egg=([A-Za-z0-9_.-]+)", url)
-    name = wheel[0] if wheel else egg.group(1) if egg else None
+    egg = _EGG.search(url)
+    name = wheel[1] if wheel else egg.group(1) if egg else None
     return f"{name} @ {url}" + (f" ; {marker.strip()}" if marker.strip() else "") if name else None
 
 
@@ -142,15 +150,13 @@ class _Reader:
         """A requirement from a URL: a wheel's file name says its release (the baseline; envmatrix installs that release
         from its own sources); a VCS or sdist URL is the team's own build, not an axis (its tag is said)."""
         wheel = wheel_of(str(req.url))
-        if wheel is not None and canonicalize_name(wheel[0]) == canonicalize_name(req.name):
-            _, version, local = wheel
-            file = unquote(urlsplit(str(req.url)).path.rsplit("/", 1)[-1])
+        if wheel is not None and canonicalize_name(wheel[1]) == canonicalize_name(req.name):
+            file, _, version, local = wheel
             self.stack.note(f"{where}: {req.name} {version} from a URL wheel ({printable(file)[:120]}): its release is the baseline", req.name)
             self.stack.add(req.name, f"{version}+{local}" if local else version, where)
             return
-        ref = _VCS_REF.search(str(req.url))
-        tagged = f" (at {ref.group('ref')}: pin {req.name}=={ref.group('ref')} to make it an axis)" if ref else ""
-        self.stack.note(f"{where}: {req.name} comes from {printable(str(req.url))[:100]}, not a release: not an axis{tagged}", req.name)
+        hint = _pin_hint(str(req.url), req.name)
+        self.stack.note(f"{where}: {req.name} comes from {printable(str(req.url))[:100]}, not a release: not an axis{hint}", req.name)
 
     def finish(self) -> None:
         """Constraints pin what the file installs (pip applies a constraint only to a package something requires): the
@@ -217,11 +223,10 @@ class _Reader:
         elif kind == "links":
             self.stack.find_links.append(value)
         elif kind == "editable":
-            egg = re.search(r"#egg=([A-Za-z0-9_.-]+)", value)
-            ref = _VCS_REF.search(value)
+            egg = _EGG.search(value)
             package = egg.group(1) if egg else ""
-            tagged = f" (at {ref.group('ref')}: pin {package}=={ref.group('ref')} to make it an axis)" if ref and package else ""
-            self.stack.note(f"{where}: an editable install ({printable(value)[:80]}): the team's own code, not an axis{tagged}", package)
+            hint = _pin_hint(value, package)
+            self.stack.note(f"{where}: an editable install ({printable(value)[:80]}): the team's own code, not an axis{hint}", package)
 
 
 def read_requirements(path: Path) -> Stack:
