@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
-from ..submit import SubmitError, fanout, write_files
+from ..submit import SubmitError, fanout, too_long, write_files
 from ..submit import github as gh_submit
 from ..submit import k8s as k8s_submit
 from ..submit import slurm as slurm_submit
 from . import options
-from .common import profile_name, select_cells
+from .common import profile_name, select_cells, warn
 
 
 def add_parser(sub: options.Subparsers) -> None:
@@ -61,7 +61,7 @@ def handle(args: argparse.Namespace) -> int:
         reports = f"{k8s_submit.MOUNT}/{reports}"  # on the shared volume; the matrix file comes with the image
     run_args = ["--file", file_, "--profile", profile, *_pairs("--only", args.only), *_pairs("--skip", args.skip)]
     run_args += ["--backend", args.backend, *(["--jobs", str(args.jobs)] if args.jobs else []), "--timeout", f"{args.timeout:g}", "--reports", reports]
-    f = fanout(spec, profile, cells, run_args=run_args, reports=reports)
+    f = fanout(spec, profile, cells, run_args=run_args, reports=reports, cell_timeout=args.timeout, file=file_)
     if slurm:
         files = slurm_submit.scripts(f, cwd=os.getcwd())
     elif args.engine == "github":
@@ -70,7 +70,14 @@ def handle(args: argparse.Namespace) -> int:
         files = k8s_submit.manifests(f)
     for job in f.jobs:
         sizes = ", ".join(str(len(s)) for s in job.shards)
-        print(f"{job.gpu}: {job.target.shards} shards of {sizes} cells (throttle {f.throttle(job)})", file=sys.stderr)
+        n = job.needs
+        print(
+            f"{job.gpu}: {job.target.shards} shards of {sizes} cells (throttle {f.throttle(job)}); "
+            f"each asks {n.gpus} GPUs, {n.cpus} cores, {n.mem_gb} GB, {n.minutes} min",
+            file=sys.stderr,
+        )
+    for line in too_long(f):
+        warn(line)
     if args.dry_run:
         for name, text in files.items():
             print(f"# ---- {name}\n{text}")
