@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EnvmatrixError, InputError
@@ -84,7 +84,8 @@ def resources(gpu: str, target: GpuTarget, shards: tuple[tuple[Cell, ...], ...],
 
 @dataclass(frozen=True)
 class GpuJob:
-    """One GPU type's array: where it runs, the cells each of its shards takes, what each shard asks for."""
+    """One GPU type's array: where it runs, the cells each of its shards takes, what each shard asks for (`needs`,
+    whose GPUs are at least the target's `gpu_count`)."""
 
     gpu: str
     target: GpuTarget
@@ -107,6 +108,7 @@ class Fanout:
     run_args: tuple[str, ...]
     reports: str
     file: str = "matrix.yaml"
+    cell_timeout: float = 600.0
 
     def throttle(self, job: GpuJob) -> int:
         """Shards of one GPU type that may run at once (the `%` of an sbatch array, a Job's parallelism)."""
@@ -147,12 +149,12 @@ def fanout(spec: Spec, profile: str, cells: list[Cell], *, run_args: list[str], 
         target = sched.gpus.get(gpu) or default_target(gpu)
         shards = tuple(tuple(s) for s in shard(mine, target.shards))
         needs = resources(gpu, target, shards, cell_timeout)
-        jobs.append(GpuJob(gpu, replace(target, gpu_count=needs.gpus), shards, needs))
+        jobs.append(GpuJob(gpu, target, shards, needs))
     if not jobs:
         raise InputError(f"no cells in profile '{profile}' with this selection; see envmatrix plan --profile {profile}")
     for i in range(0, len(run_args) - 1, 2):
         _safe_argument(run_args[i], run_args[i + 1])
-    return Fanout(profile, sched, tuple(jobs), tuple(run_args), _safe_argument("--reports", reports), _safe_argument("--file", file))
+    return Fanout(profile, sched, tuple(jobs), tuple(run_args), _safe_argument("--reports", reports), _safe_argument("--file", file), cell_timeout)
 
 
 def too_long(f: Fanout) -> list[str]:

@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -262,7 +263,7 @@ def test_gpus_follow_the_widest_cell(matrix: Callable[..., Path]) -> None:
 
     spec = load(matrix(ddp))
     f = fanout(spec, "gpu", expand(spec, "gpu"), run_args=["--reports", "r"], reports="r")
-    assert {j.gpu: j.needs.gpus for j in f.jobs} == {"A100": 2, "H20": 2} and all(j.target.gpu_count == 2 for j in f.jobs)
+    assert {j.gpu: j.needs.gpus for j in f.jobs} == {"A100": 2, "H20": 2}
     assert f.jobs[0].needs.cpus == 2 * CPUS_PER_GPU and f.jobs[0].needs.mem_gb == 2 * MEM_GB_PER_GPU
     c = fanout(spec, "cpu", expand(spec, "cpu"), run_args=["--reports", "r"], reports="r").jobs[0]
     assert c.needs.gpus == 0 and c.needs.cpus == CPU_JOB_CPUS
@@ -317,31 +318,83 @@ def test_actionlint_is_a_real_check(matrix: Callable[..., Path]) -> None:
 # ---- kubernetes ------------------------------------------------------------------------------------------
 
 
+def k8s_docs(f: Fanout) -> list[dict[str, Any]]:
+    return [d for text in k8s.manifests(f, "0123456789ab").values() for d in yaml.safe_load_all(text)]
+
+
 def test_k8s_manifests_validate_against_the_api_schema(matrix: Callable[..., Path]) -> None:
     kv = pytest.importorskip("kubernetes_validate")
     f = make_fanout(matrix, reports="reports")
-    docs = [d for text in k8s.manifests(f).values() for d in yaml.safe_load_all(text)]
+    docs = k8s_docs(f)
     for doc in docs:
         kv.validate(doc, "1.30.0", strict=True)
-    a100, h20, report = docs
-    spec = a100["spec"]
-    assert spec["completionMode"] == "Indexed" and spec["completions"] == 4 and spec["parallelism"] == 3
-    pod = spec["template"]["spec"]
+    *jobs, report = docs
+    assert len(jobs) == sum(len(k8s.environments(j)) for j in f.jobs) and len({d["metadata"]["name"] for d in docs}) == len(docs)
+    a100 = next(d for d in jobs if d["metadata"]["labels"]["envmatrix/gpu"] == "a100")
+    pod = a100["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     box = pod["containers"][0]
-    assert box["image"] == "registry.example/envmatrix-probe:1.0" and box["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    env_id = a100["metadata"]["annotations"]["envmatrix/environment"]
+    build_id = next(e.build_id for j in f.jobs for e, _ in k8s.environments(j) if e.id == env_id)
+    assert box["image"] == f"registry.example/envmatrix-probe:{build_id}-0123456789ab", "the scheduler's image names the repository"
+    assert box["resources"]["limits"]["nvidia.com/gpu"] == "8" and box["resources"]["requests"]["cpu"] == str(8 * CPUS_PER_GPU)
     assert box["securityContext"]["privileged"] is False and box["securityContext"]["allowPrivilegeEscalation"] is False
-    assert '--shard "$((JOB_COMPLETION_INDEX + 1))/4" --gpu A100' in box["command"][2]
-    assert h20["spec"]["completions"] == 2 and h20["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H20"
+    assert pod["securityContext"]["fsGroup"] == 1000 and pod["securityContext"]["runAsNonRoot"] is True
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in pod["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in box["volumeMounts"]
+    assert "--backend host" in box["command"][2] and "--file /opt/envmatrix/matrix.yaml" in box["command"][2]
     assert "report --results reports/results" in report["spec"]["template"]["spec"]["containers"][0]["command"][2]
+
+
+def test_each_pod_runs_exactly_its_environments_selected_cells(matrix: Callable[..., Path]) -> None:
+    """The --only pattern a pod is given, expanded by the planner itself, is that environment's selected cells."""
+    spec = load(matrix(with_scheduler()))
+    cells = expand(spec, "gpu", only=["*/fp32-*", "*/ctl-*"])
+    f = fanout(spec, "gpu", cells, run_args=["--only", "*/fp32-*", "--only", "*/ctl-*", "--timeout", "900", "--reports", "r"], reports="r")
+    seen = 0
+    for job in f.jobs:
+        for env, mine in k8s.environments(job):
+            argv = shlex.split(k8s.run_command(f, job, env, mine).removeprefix("exec "))
+            only = [argv[i + 1] for i, a in enumerate(argv) if a == "--only"]
+            assert len(only) == 1 and "--timeout" in argv and argv[argv.index("--timeout") + 1] == "900"
+            assert [c.id for c in expand(spec, "gpu", only=only)] == [c.id for c in mine]
+            seen += 1
+    assert seen == sum(len(k8s.environments(j)) for j in f.jobs) > 1
+
+
+def test_k8s_from_the_repositorys_matrix_without_a_scheduler_section(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """matrix.yaml as shipped: a Job per environment with a planned cell, GPU nodes chosen by a label the header
+    says how to set, every document schema-valid; the image tags change with the matrix file."""
+    kv = pytest.importorskip("kubernetes_validate")
+    assert main(["submit", "k8s", "--file", str(ROOT / "matrix.yaml"), "--profile", "gpu", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "jobs.yaml").read_text()
+    docs = [*yaml.safe_load_all(text), yaml.safe_load((tmp_path / "report.yaml").read_text())]
+    for doc in docs:
+        kv.validate(doc, "1.30.0", strict=True)
+    spec = load(str(ROOT / "matrix.yaml"))
+    planned = {c.env.id for c in expand(spec, "gpu") if c.status == "planned"}
+    assert {d["metadata"]["annotations"]["envmatrix/environment"] for d in docs[:-1]} == planned
+    for gpu in spec.profiles["gpu"].axes["gpu"]:
+        assert f"kubectl label nodes NODE envmatrix/gpu={gpu.lower()}" in text
+    assert all(d["spec"]["template"]["spec"]["containers"][0]["image"].startswith("envmatrix-runner:") for d in docs)
+    copy_ = tmp_path / "matrix.yaml"
+    copy_.write_text((ROOT / "matrix.yaml").read_text() + "\n# changed\n")
+    assert k8s.source_digest(str(copy_)) != k8s.source_digest(str(ROOT / "matrix.yaml"))
+    capsys.readouterr()
 
 
 def test_k8s_schema_check_is_real(matrix: Callable[..., Path]) -> None:
     kv = pytest.importorskip("kubernetes_validate")
-    doc = k8s.indexed_job(make_fanout(matrix), make_fanout(matrix).jobs[0])
-    doc["spec"]["completionMode"] = 3
+    doc = k8s_docs(make_fanout(matrix))[0]
+    doc["spec"]["template"]["spec"]["volumes"][1]["emptyDir"]["medium"] = 3
     with pytest.raises(kv.ValidationError):
         kv.validate(doc, "1.30.0", strict=True)
+
+
+def test_k8s_refuses_another_backend(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--backend", "docker", "--dry-run"]) == 2
+    assert "host backend" in capsys.readouterr().err
+    assert main(["submit", "github", "--file", str(matrix()), "--profile", "gpu", "--build"]) == 2
 
 
 # ---- the command line ------------------------------------------------------------------------------------
@@ -368,18 +421,9 @@ def test_plan_shards_cover_the_plan(matrix: Callable[..., Path], capsys: pytest.
 def test_submit_dry_run_and_engine_only_options(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
     path = str(matrix(with_scheduler()))
     assert main(["submit", "k8s", "--file", path, "--profile", "gpu", "--dry-run"]) == 0
-    assert "completionMode: Indexed" in capsys.readouterr().out
+    assert "medium: Memory" in capsys.readouterr().out
     assert main(["submit", "github", "--file", path, "--profile", "gpu", "--submit"]) == 2
     assert "--submit and --wait are for slurm" in capsys.readouterr().err
-
-
-def test_submit_k8s_without_image_says_what_to_set(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
-    def edit(data: dict[str, Any]) -> None:
-        with_scheduler()(data)
-        del data["profiles"]["gpu"]["scheduler"]["image"]
-
-    assert main(["submit", "k8s", "--file", str(matrix(edit)), "--profile", "gpu", "--dry-run"]) == 2
-    assert "scheduler.image: not set" in capsys.readouterr().err
 
 
 def test_submit_writes_files(matrix: Callable[..., Path], tmp_path: Path) -> None:
