@@ -224,16 +224,18 @@ def test_the_repositorys_matrix_works_by_default(capsys: pytest.CaptureFixture[s
     its labels (spec's default), a job of its own (they run at once), a time limit from the plan, envmatrix in a
     venv; the workflow passes actionlint."""
     spec = load(str(ROOT / "matrix.yaml"))
-    assert spec.profiles["gpu"].scheduler is None, "the shipped profile now has a scheduler section: test one without it too"
+    sched = spec.profiles["gpu"].scheduler
     assert main(["submit", "github", "--file", str(ROOT / "matrix.yaml"), "--profile", "gpu", "--dry-run"]) == 0
     out, err = capsys.readouterr()
     text = out.split("\n", 1)[1]
     gpus = [g for g in spec.profiles["gpu"].axes["gpu"] if g != "cpu"]
-    assert lint_problems(text, {g.lower() for g in gpus}) == []
+    labels = {gpu: list(((sched.gpus.get(gpu) if sched else None) or default_target(gpu)).labels) for gpu in gpus}
+    assert lint_problems(text, {label for ls in labels.values() for label in ls}) == []
     flow = yaml.safe_load(text)
     for gpu in gpus:
         job = flow["jobs"][f"shard-{gpu.lower()}"]
-        assert job["runs-on"] == list(default_labels(gpu)) and job["timeout-minutes"] >= MIN_MINUTES
+        assert job["runs-on"] == labels[gpu] and job["timeout-minutes"] >= MIN_MINUTES
+        assert sched is not None or labels[gpu] == list(default_labels(gpu))
         steps = "\n".join(str(s.get("run", "")) for s in job["steps"])
         assert "pip install ." not in steps.replace("uv pip install", "") and 'uv venv "$RUNNER_TEMP/envmatrix-venv"' in steps
         assert any(s.get("uses") == "actions/cache/restore@v4" for s in job["steps"])
@@ -374,9 +376,11 @@ def test_k8s_from_the_repositorys_matrix_without_a_scheduler_section(capsys: pyt
     spec = load(str(ROOT / "matrix.yaml"))
     planned = {c.env.id for c in expand(spec, "gpu") if c.status == "planned"}
     assert {d["metadata"]["annotations"]["envmatrix/environment"] for d in docs[:-1]} == planned
+    sched = spec.profiles["gpu"].scheduler
     for gpu in spec.profiles["gpu"].axes["gpu"]:
-        assert f"kubectl label nodes NODE envmatrix/gpu={gpu.lower()}" in text
-    assert all(d["spec"]["template"]["spec"]["containers"][0]["image"].startswith("envmatrix-runner:") for d in docs)
+        named = sched is not None and gpu in sched.gpus and sched.gpus[gpu].product
+        assert named or f"kubectl label nodes NODE envmatrix/gpu={gpu.lower()}" in text
+    assert sched is not None or all(d["spec"]["template"]["spec"]["containers"][0]["image"].startswith("envmatrix-runner:") for d in docs)
     copy_ = tmp_path / "matrix.yaml"
     copy_.write_text((ROOT / "matrix.yaml").read_text() + "\n# changed\n")
     assert k8s.source_digest(str(copy_)) != k8s.source_digest(str(ROOT / "matrix.yaml"))
