@@ -66,7 +66,7 @@ def handle(args: argparse.Namespace) -> int:
         reports = f"{k8s_submit.MOUNT}/{reports}"  # on the shared volume; the matrix file comes with the image
     run_args = ["--file", file_, "--profile", profile, *_pairs("--only", args.only), *_pairs("--skip", args.skip)]
     run_args += ["--backend", args.backend, *(["--jobs", str(args.jobs)] if args.jobs else []), "--timeout", f"{args.timeout:g}", "--reports", reports]
-    f = fanout(spec, profile, cells, run_args=run_args, reports=reports, cell_timeout=args.timeout, file=file_)
+    f = fanout(spec, profile, cells, run_args=run_args, reports=reports, cell_timeout=args.timeout)
     if slurm:
         files = slurm_submit.scripts(f, cwd=os.getcwd())
     elif args.engine == "github":

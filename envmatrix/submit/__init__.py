@@ -107,7 +107,6 @@ class Fanout:
     jobs: tuple[GpuJob, ...]
     run_args: tuple[str, ...]
     reports: str
-    file: str = "matrix.yaml"
     cell_timeout: float = 600.0
 
     def throttle(self, job: GpuJob) -> int:
@@ -136,7 +135,7 @@ def default_target(gpu: str) -> GpuTarget:
     return GpuTarget(gpu_count=0 if gpu == "cpu" else 1, labels=default_labels(gpu))
 
 
-def fanout(spec: Spec, profile: str, cells: list[Cell], *, run_args: list[str], reports: str, cell_timeout: float = 600.0, file: str = "matrix.yaml") -> Fanout:
+def fanout(spec: Spec, profile: str, cells: list[Cell], *, run_args: list[str], reports: str, cell_timeout: float = 600.0) -> Fanout:
     """Cut each GPU type's cells into its target's shard count (the profile's scheduler section, else the default
     target) and size each shard's requests from the plan."""
     prof = spec.profiles[profile]
@@ -154,7 +153,7 @@ def fanout(spec: Spec, profile: str, cells: list[Cell], *, run_args: list[str], 
         raise InputError(f"no cells in profile '{profile}' with this selection; see envmatrix plan --profile {profile}")
     for i in range(0, len(run_args) - 1, 2):
         _safe_argument(run_args[i], run_args[i + 1])
-    return Fanout(profile, sched, tuple(jobs), tuple(run_args), _safe_argument("--reports", reports), _safe_argument("--file", file), cell_timeout)
+    return Fanout(profile, sched, tuple(jobs), tuple(run_args), _safe_argument("--reports", reports), cell_timeout)
 
 
 def too_long(f: Fanout) -> list[str]:
