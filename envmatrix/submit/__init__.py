@@ -118,8 +118,8 @@ class Fanout:
         return ["run", "--shard", shard_expr, "--gpu", job.gpu, *self.run_args]
 
     def name(self, job: GpuJob | None = None) -> str:
-        """A job name engines accept (DNS-label characters): `envmatrix-cpu-a100`, `envmatrix-cpu-report`."""
-        return re.sub(r"[^a-z0-9-]", "-", f"envmatrix-{self.profile}-{job.key if job else 'report'}".lower())
+        """A job name engines accept (a DNS label, 63 characters at most): `envmatrix-cpu-a100`, `envmatrix-cpu-report`."""
+        return re.sub(r"[^a-z0-9-]", "-", f"envmatrix-{self.profile}-{job.key if job else 'report'}".lower())[:63].rstrip("-")
 
 
 def _safe_argument(flag: str, value: str) -> str:

@@ -79,10 +79,15 @@ def job_name(f: Fanout, env: Environment) -> str:
     return f"{head}-{digest}"
 
 
+def label(value: str) -> str:
+    """A label value Kubernetes takes (63 characters, alphanumeric at both ends) from a profile or GPU name."""
+    return value[:63].strip("-_.") or "none"
+
+
 def _node_selector(f: Fanout, job: GpuJob) -> dict[str, str]:
     if job.target.product:
         return {PRODUCT_LABEL: job.target.product}
-    return {GPU_LABEL: job.key}
+    return {GPU_LABEL: label(job.key)}
 
 
 def _pod(f: Fanout, image: str, command: str, job: GpuJob | None, needs: Resources | None) -> dict[str, Any]:
@@ -141,7 +146,7 @@ def env_job(f: Fanout, job: GpuJob, env: Environment, cells: list[Cell], digest:
         "kind": "Job",
         "metadata": {
             "name": job_name(f, env),
-            "labels": {"app.kubernetes.io/name": "envmatrix", "envmatrix/gpu": job.key, "envmatrix/profile": f.profile},
+            "labels": {"app.kubernetes.io/name": "envmatrix", "envmatrix/gpu": label(job.key), "envmatrix/profile": label(f.profile)},
             "annotations": {"envmatrix/environment": env.id},
         },
         "spec": {
@@ -158,7 +163,7 @@ def report_job(f: Fanout, image: str) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": f.name(), "labels": {"app.kubernetes.io/name": "envmatrix", "envmatrix/profile": f.profile}},
+        "metadata": {"name": f.name(), "labels": {"app.kubernetes.io/name": "envmatrix", "envmatrix/profile": label(f.profile)}},
         "spec": {"backoffLimit": 1, "template": _pod(f, image, command, None, None)},
     }
 
@@ -181,7 +186,7 @@ def manifests(f: Fanout, digest: str) -> dict[str, str]:
             for job in f.jobs
             if job.gpu != "cpu" and not job.target.product
         ),
-        f"# kubectl apply -f jobs.yaml && kubectl wait --for=condition=complete --timeout={wait}m job -l envmatrix/profile={f.profile} "
+        f"# kubectl apply -f jobs.yaml && kubectl wait --for=condition=complete --timeout={wait}m job -l envmatrix/profile={label(f.profile)} "
         "&& kubectl apply -f report.yaml",
         "",
     ]
