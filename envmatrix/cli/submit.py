@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
-from ..submit import SubmitError, fanout, write_files
+from ..submit import SubmitError, fanout, too_long, write_files
 from ..submit import github as gh_submit
 from ..submit import k8s as k8s_submit
 from ..submit import slurm as slurm_submit
 from . import options
-from .common import profile_name, select_cells
+from .common import profile_name, select_cells, warn
 
 
 def add_parser(sub: options.Subparsers) -> None:
@@ -32,6 +32,7 @@ def add_parser(sub: options.Subparsers) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the generated files; write and submit nothing")
     p.add_argument("--submit", action="store_true", help="slurm: submit the arrays and the report job with sbatch")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the report job, print where the merged report is")
+    p.add_argument("--build", action="store_true", help="k8s: build the runner images the Jobs name (Docker; then push them where the cluster pulls)")
     p.add_argument(
         "--schedule",
         metavar="CRON",
@@ -49,6 +50,10 @@ def handle(args: argparse.Namespace) -> int:
     """Write (and for Slurm submit and wait for) one job per GPU type with a task per shard, then a report job."""
     if args.engine != "slurm" and (args.submit or args.wait):
         raise InputError(f"--submit and --wait are for slurm; for {args.engine}, commit or apply the files written (see docs/gpu-runners.md)")
+    if args.engine == "k8s" and args.backend not in ("auto", "host"):
+        raise InputError(f"--backend {args.backend}: Kubernetes pods run their environment's cells with the host backend, in its runner image")
+    if args.build and (args.engine != "k8s" or args.dry_run):
+        raise InputError("--build builds the runner images of submit k8s; it writes, so not with --dry-run")
     if args.wait and not args.submit:
         raise InputError("--wait needs --submit")
     if args.schedule is not None:
@@ -61,16 +66,25 @@ def handle(args: argparse.Namespace) -> int:
         reports = f"{k8s_submit.MOUNT}/{reports}"  # on the shared volume; the matrix file comes with the image
     run_args = ["--file", file_, "--profile", profile, *_pairs("--only", args.only), *_pairs("--skip", args.skip)]
     run_args += ["--backend", args.backend, *(["--jobs", str(args.jobs)] if args.jobs else []), "--timeout", f"{args.timeout:g}", "--reports", reports]
-    f = fanout(spec, profile, cells, run_args=run_args, reports=reports)
+    f = fanout(spec, profile, cells, run_args=run_args, reports=reports, cell_timeout=args.timeout)
     if slurm:
         files = slurm_submit.scripts(f, cwd=os.getcwd())
     elif args.engine == "github":
         files = {f"envmatrix-{profile}.yml": gh_submit.render(f)}
     else:
-        files = k8s_submit.manifests(f)
+        digest = k8s_submit.source_digest(args.file)
+        files = k8s_submit.manifests(f, digest)
+        print(f"{len(k8s_submit.images(f, digest))} runner images ({k8s_submit.repository(f)}:*), one per environment", file=sys.stderr)
     for job in f.jobs:
         sizes = ", ".join(str(len(s)) for s in job.shards)
-        print(f"{job.gpu}: {job.target.shards} shards of {sizes} cells (throttle {f.throttle(job)})", file=sys.stderr)
+        n = job.needs
+        print(
+            f"{job.gpu}: {job.target.shards} shards of {sizes} cells (throttle {f.throttle(job)}); "
+            f"each asks {n.gpus} GPUs, {n.cpus} cores, {n.mem_gb} GB, {n.minutes} min",
+            file=sys.stderr,
+        )
+    for line in too_long(f):
+        warn(line)
     if args.dry_run:
         for name, text in files.items():
             print(f"# ---- {name}\n{text}")
@@ -78,6 +92,11 @@ def handle(args: argparse.Namespace) -> int:
     folder = Path(args.out or Path(args.reports) / "submit" / args.engine)
     for path in write_files(folder, files):
         print(f"wrote {path}")
+    if args.build:
+        from ..submit import runner_image
+
+        built = runner_image.build(k8s_submit.images(f, digest), profile=profile, matrix_file=args.file, logs=folder / "logs")
+        print("push them where the cluster pulls from:\n" + "\n".join(f"  docker push {ref}" for ref in built))
     if not args.submit:
         return 0
     sub = slurm_submit.submit(folder.resolve(), f)

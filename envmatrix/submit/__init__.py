@@ -6,14 +6,16 @@ every shard repeats) into text: sbatch scripts, a workflow, manifests. Only `slu
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EnvmatrixError, InputError
-from ..plan.cells import Cell
-from ..plan.shard import shard
+from ..plan.builds import builds
+from ..plan.cells import PLANNED, Cell
+from ..plan.shard import cell_cost, shard
 from ..spec.matrix import GpuTarget, Scheduler, Spec, check_pattern, default_labels
 
 
@@ -23,13 +25,72 @@ class SubmitError(EnvmatrixError):
     exit_code = 4
 
 
+# What one shard asks of its host beyond its GPUs. No GPU run has measured these yet (none was lent for it): they
+# are sized from what a cell holds on a GPU host: a CUDA context and NCCL per rank, a small model on the GPU but
+# loaded through host memory (a 7B one for kernels-7b, 15 GB in bf16), vLLM's host swap space, and a build beside the
+# running cells (pip unpacking a CUDA torch, ~3 GB of wheels). Slurm and Kubernetes get them as requests.
+CPUS_PER_GPU = 8
+MEM_GB_PER_GPU = 32
+#: A job of the cpu GPU type: cells share the job's cores (a rank takes one).
+CPU_JOB_CPUS = 4
+CPU_JOB_MEM_GB = 16
+#: Preparing one environment on a GPU runner: a CUDA base and torch's ~3 GB of CUDA wheels, then the stack.
+BUILD_MINUTES = 15
+#: A GPU cell's start beyond the plan's per-cell estimate (plan/shard.py, measured on CPU): CUDA, NCCL, first kernels.
+CELL_START_SECONDS = 60.0
+#: The estimate is doubled, plus one cell that runs to its --timeout, rounded up to 10 minutes, at least 30.
+MARGIN = 2.0
+MIN_MINUTES = 30
+#: GitHub ends a self-hosted runner's job after 5 days (its usage limits); a longer estimate asks for more shards.
+LONGEST_MINUTES = 5 * 24 * 60
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What each shard of one GPU type asks for: GPUs (its largest world size), cores, memory, a time limit."""
+
+    gpus: int
+    cpus: int
+    mem_gb: int
+    minutes: int
+
+    @property
+    def slurm_time(self) -> str:
+        """`--time` as Slurm writes it: days-hours:minutes:seconds."""
+        days, rest = divmod(self.minutes, 24 * 60)
+        return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00"
+
+
+def shard_minutes(cells: tuple[Cell, ...], slots: int, cell_timeout: float) -> int:
+    """A shard's time limit from the plan's size: one build per environment with a planned cell, then its planned
+    cells' estimated rank-seconds spread over the slots (GPUs, or cores for cpu), doubled, plus one cell that hangs
+    until its timeout."""
+    planned = [c for c in cells if c.status == PLANNED]
+    seconds = float(len(builds(planned)) * BUILD_MINUTES * 60)
+    seconds += sum((cell_cost(c) + CELL_START_SECONDS) * c.scenario.world_size for c in planned) / max(1, slots)
+    minutes = math.ceil((MARGIN * seconds + cell_timeout) / 600) * 10 if planned else 0
+    return max(MIN_MINUTES, minutes)
+
+
+def resources(gpu: str, target: GpuTarget, shards: tuple[tuple[Cell, ...], ...], cell_timeout: float) -> Resources:
+    """A GPU type's requests: the GPUs its widest planned cell needs (at least what the target names), cores and
+    memory per GPU, and the time of its heaviest shard."""
+    need = max((c.scenario.world_size for s in shards for c in s if c.status == PLANNED), default=1)
+    gpus = 0 if gpu == "cpu" else max(target.gpu_count, need)
+    cpus, mem = (gpus * CPUS_PER_GPU, gpus * MEM_GB_PER_GPU) if gpus else (CPU_JOB_CPUS, CPU_JOB_MEM_GB)
+    minutes = max(shard_minutes(s, gpus or cpus, cell_timeout) for s in shards)
+    return Resources(gpus, cpus, mem, minutes)
+
+
 @dataclass(frozen=True)
 class GpuJob:
-    """One GPU type's array: where it runs and the cells each of its shards takes."""
+    """One GPU type's array: where it runs, the cells each of its shards takes, what each shard asks for (`needs`,
+    whose GPUs are at least the target's `gpu_count`)."""
 
     gpu: str
     target: GpuTarget
     shards: tuple[tuple[Cell, ...], ...]
+    needs: Resources
 
     @property
     def key(self) -> str:
@@ -46,6 +107,7 @@ class Fanout:
     jobs: tuple[GpuJob, ...]
     run_args: tuple[str, ...]
     reports: str
+    cell_timeout: float = 600.0
 
     def throttle(self, job: GpuJob) -> int:
         """Shards of one GPU type that may run at once (the `%` of an sbatch array, a Job's parallelism)."""
@@ -56,8 +118,8 @@ class Fanout:
         return ["run", "--shard", shard_expr, "--gpu", job.gpu, *self.run_args]
 
     def name(self, job: GpuJob | None = None) -> str:
-        """A job name engines accept (DNS-label characters): `envmatrix-cpu-a100`, `envmatrix-cpu-report`."""
-        return re.sub(r"[^a-z0-9-]", "-", f"envmatrix-{self.profile}-{job.key if job else 'report'}".lower())
+        """A job name engines accept (a DNS label, 63 characters at most): `envmatrix-cpu-a100`, `envmatrix-cpu-report`."""
+        return re.sub(r"[^a-z0-9-]", "-", f"envmatrix-{self.profile}-{job.key if job else 'report'}".lower())[:63].rstrip("-")
 
 
 def _safe_argument(flag: str, value: str) -> str:
@@ -67,8 +129,15 @@ def _safe_argument(flag: str, value: str) -> str:
     return value
 
 
-def fanout(spec: Spec, profile: str, cells: list[Cell], *, run_args: list[str], reports: str) -> Fanout:
-    """Cut each GPU type's cells into its scheduler target's shard count; every planned GPU type needs a target."""
+def default_target(gpu: str) -> GpuTarget:
+    """Where a GPU type runs when the profile's scheduler section does not say: one shard on runners labelled
+    with it (spec/matrix.py's default labels), one GPU (more where a cell's world size asks)."""
+    return GpuTarget(gpu_count=0 if gpu == "cpu" else 1, labels=default_labels(gpu))
+
+
+def fanout(spec: Spec, profile: str, cells: list[Cell], *, run_args: list[str], reports: str, cell_timeout: float = 600.0) -> Fanout:
+    """Cut each GPU type's cells into its target's shard count (the profile's scheduler section, else the default
+    target) and size each shard's requests from the plan."""
     prof = spec.profiles[profile]
     sched = prof.scheduler or Scheduler(gpus={})
     jobs: list[GpuJob] = []
@@ -76,13 +145,25 @@ def fanout(spec: Spec, profile: str, cells: list[Cell], *, run_args: list[str], 
         mine = [c for c in cells if c.env.gpu == gpu]
         if not mine:
             continue
-        target = sched.gpus.get(gpu, GpuTarget(gpu_count=0 if gpu == "cpu" else 1))
-        jobs.append(GpuJob(gpu, target, tuple(tuple(s) for s in shard(mine, target.shards))))
+        target = sched.gpus.get(gpu) or default_target(gpu)
+        shards = tuple(tuple(s) for s in shard(mine, target.shards))
+        needs = resources(gpu, target, shards, cell_timeout)
+        jobs.append(GpuJob(gpu, target, shards, needs))
     if not jobs:
         raise InputError(f"no cells in profile '{profile}' with this selection; see envmatrix plan --profile {profile}")
     for i in range(0, len(run_args) - 1, 2):
         _safe_argument(run_args[i], run_args[i + 1])
-    return Fanout(profile, sched, tuple(jobs), tuple(run_args), _safe_argument("--reports", reports))
+    return Fanout(profile, sched, tuple(jobs), tuple(run_args), _safe_argument("--reports", reports), cell_timeout)
+
+
+def too_long(f: Fanout) -> list[str]:
+    """A line per GPU type whose shards would outlast what a scheduler lets a job run: more shards split it."""
+    return [
+        f"{job.gpu}: a shard may need {job.needs.minutes // 60} h (more than GitHub's 5-day job limit); "
+        f"set profiles.{f.profile}.scheduler.gpus.{job.gpu}.shards above {job.target.shards} to split it"
+        for job in f.jobs
+        if job.needs.minutes > LONGEST_MINUTES
+    ]
 
 
 #: A cron schedule's field: numbers, names (MON, JAN), `*`, ranges, lists and steps; nothing a shell or YAML reads otherwise.
@@ -133,7 +214,7 @@ def watch_job(spec: Spec, profile: str, gpu: str | None, schedule: str, *, watch
         raise InputError(f"--gpu {gpu}: profile '{profile}' has no such GPU; it has {', '.join(gpus)}")
     for i in range(0, len(watch_args) - 1, 2):
         _safe_argument(watch_args[i], watch_args[i + 1])
-    target = (prof.scheduler.gpus.get(gpu) if prof.scheduler else None) or GpuTarget(gpu_count=0 if gpu == "cpu" else 1, labels=default_labels(gpu))
+    target = (prof.scheduler.gpus.get(gpu) if prof.scheduler else None) or default_target(gpu)
     return WatchJob(profile, gpu, target, check_cron(schedule), tuple(watch_args), _safe_argument("--reports", reports))
 
 

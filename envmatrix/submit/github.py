@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from ..share.statement import TEST_RESULT
-from . import Fanout, WatchJob, issue_script, quote
+from . import LONGEST_MINUTES, Fanout, GpuJob, WatchJob, issue_script, quote
 
 #: Sets the step output `available` to whether the job can mint an OIDC token (GitHub sets this variable only then).
 OIDC_CHECK = (
@@ -21,36 +21,85 @@ OIDC_CHECK = (
 )
 
 
-def matrix_include(f: Fanout) -> list[dict[str, Any]]:
-    """One entry per (GPU type, shard): what an existing workflow's `strategy.matrix.include` can take."""
-    return [
-        {"gpu": job.gpu, "shard": f"{i}/{job.target.shards}", "labels": list(job.target.labels), "key": f"{job.key}-{i}-of-{job.target.shards}"}
-        for job in f.jobs
-        for i in range(1, job.target.shards + 1)
-    ]
+#: Where the shards' tools live: a virtual environment of the job's own (uv makes it, with a uv-managed CPython where
+#: the runner has no Python of its own), never the runner's system pip (refused as externally managed on Ubuntu 24.04).
+VENV = "$RUNNER_TEMP/envmatrix-venv"
+SETUP_UV = "astral-sh/setup-uv@v6"
 
 
-def workflow(f: Fanout) -> dict[str, Any]:
-    """The workflow document; values reach shell lines only through env variables, never `${{ }}` in `run:`."""
-    install = "python -m pip install ."
-    # Shard and GPU come from the matrix through the environment; every other argument was checked by fanout().
-    run = quote(["envmatrix", "run", "--shard", "SHARD", "--gpu", "GPU", *f.run_args])
-    run = run.replace(" SHARD ", ' "$SHARD" ').replace(" GPU", ' "$GPU"', 1)
+def install_steps() -> list[dict[str, Any]]:
+    """uv, then envmatrix from the checkout into a venv whose bin folder goes on PATH for the later steps."""
+    run = "\n".join([f'uv venv "{VENV}"', f'uv pip install --python "{VENV}/bin/python" .', f'echo "{VENV}/bin" >> "$GITHUB_PATH"'])
+    return [{"uses": SETUP_UV}, {"name": "install envmatrix in a virtual environment", "run": run}]
+
+
+def records_key(profile: str) -> str:
+    """The cache that carries a profile's records from run to run (its prefix: the newest one is restored)."""
+    return f"envmatrix-{profile}-records-"
+
+
+def restore_step(profile: str, results: str) -> dict[str, Any]:
+    """The records the last run left (checkout cleans the ignored reports folder): cells whose record is up to date
+    are not run again."""
+    return {
+        "name": "restore the records of earlier runs",
+        "uses": "actions/cache/restore@v4",
+        "with": {"path": results, "key": records_key(profile) + "${{ github.run_id }}", "restore-keys": records_key(profile)},
+    }
+
+
+def save_step(profile: str, results: str) -> dict[str, Any]:
+    """Keep the records for the next run, whatever this one's outcome (a cache key is written once: run and attempt)."""
+    return {
+        "name": "keep the records for the next run",
+        "if": "always()",
+        "uses": "actions/cache/save@v4",
+        "with": {"path": results, "key": records_key(profile) + "${{ github.run_id }}-${{ github.run_attempt }}"},
+    }
+
+
+def matrix_include(f: Fanout, job: GpuJob) -> list[dict[str, Any]]:
+    """One entry per shard of a GPU type: what an existing workflow's `strategy.matrix.include` can take."""
+    n = job.target.shards
+    return [{"shard": f"{i}/{n}", "key": f"{job.key}-{i}-of-{n}"} for i in range(1, n + 1)]
+
+
+def shard_job(f: Fanout, job: GpuJob) -> dict[str, Any]:
+    """One GPU type's shards on its labelled runners, at most its throttle at once, each within the time the plan
+    gives it. Only the records this run wrote leave the job: the restored ones come back through the cache."""
+    # The shard comes from the matrix through the environment; every other argument was checked by fanout().
+    run = quote(["envmatrix", *f.run_argv(job, "SHARD")]).replace(" SHARD ", ' "$SHARD" ')
     results = f"{f.reports}/results"
+    fresh = f"{f.reports}/fresh"
     site = f"{f.reports}/site"
-    publish = quote(["envmatrix", "publish", "--results", results, "--out", site])
-    shard_job = {
-        "name": "${{ matrix.gpu }} shard ${{ matrix.shard }}",
-        "runs-on": "${{ matrix.labels }}",
-        "strategy": {"fail-fast": False, "max-parallel": max(f.throttle(j) for j in f.jobs), "matrix": {"include": matrix_include(f)}},
-        "env": {"SHARD": "${{ matrix.shard }}", "GPU": "${{ matrix.gpu }}"},
+    collect = "\n".join(
+        [
+            f"mkdir -p {quote([fresh])} {quote([results])}",
+            f'find {quote([results])} -maxdepth 1 -name "*.json" -newer "$RUNNER_TEMP/envmatrix-start" -exec cp {{}} {quote([fresh])}/ \\;',
+            f'echo "count=$(find {quote([fresh])} -name "*.json" | wc -l)" >> "$GITHUB_OUTPUT"',
+        ]
+    )
+    return {
+        "name": f"{job.gpu} shard ${{{{ matrix.shard }}}}",
+        "runs-on": list(job.target.labels),
+        "timeout-minutes": min(job.needs.minutes, LONGEST_MINUTES),
+        "strategy": {"fail-fast": False, "max-parallel": f.throttle(job), "matrix": {"include": matrix_include(f, job)}},
+        "env": {"SHARD": "${{ matrix.shard }}"},
         # id-token mints the OIDC token Sigstore's certificate is issued for; attestations stores the signature.
         "permissions": {"contents": "read", "id-token": "write", "attestations": "write"},
         "steps": [
             {"uses": "actions/checkout@v4"},
-            {"name": "install envmatrix", "run": install},
+            *install_steps(),
+            restore_step(f.profile, results),
+            {"name": "note the start (records written after it are this run's)", "run": 'touch "$RUNNER_TEMP/envmatrix-start"'},
             {"name": "run this shard", "run": run},
-            {"name": "publish this shard's records", "id": "publish", "if": "always()", "run": publish},
+            {"name": "collect the records this run wrote", "id": "fresh", "if": "always()", "run": collect},
+            {
+                "name": "publish them",
+                "id": "publish",
+                "if": "always() && steps.fresh.outputs.count != '0'",
+                "run": quote(["envmatrix", "publish", "--results", fresh, "--out", site]),
+            },
             {"name": "does this runner have an OIDC identity", "id": "oidc", "if": "always()", "run": OIDC_CHECK},
             {
                 "name": "sign the records keyless (verify: gh attestation verify RECORD --repo OWNER/REPO --predicate-type " + TEST_RESULT + ")",
@@ -59,23 +108,36 @@ def workflow(f: Fanout) -> dict[str, Any]:
                 "with": {"subject-path": f"{site}/records/*.json", "predicate-type": TEST_RESULT, "predicate-path": f"{site}/test-result.json"},
             },
             {
-                "name": "upload this shard's records",
+                "name": "upload them",
                 "if": "always()",
                 "uses": "actions/upload-artifact@v4",
-                "with": {"name": "records-${{ matrix.key }}", "path": results, "if-no-files-found": "warn"},
+                "with": {"name": "records-${{ matrix.key }}", "path": fresh, "if-no-files-found": "ignore"},
             },
         ],
     }
+
+
+def workflow(f: Fanout) -> dict[str, Any]:
+    """The workflow document: a job per GPU type (they run at once, on disjoint runners), then the report job, which
+    lays this run's records over the last run's and keeps the merge for the next. Values reach shell lines only
+    through env variables, never `${{ }}` in `run:`."""
+    results = f"{f.reports}/results"
+    jobs = {f"shard-{job.key}": shard_job(f, job) for job in f.jobs}
     report_job = {
-        "needs": "shard",
+        "needs": list(jobs),
         "if": "always()",
         "runs-on": list(f.scheduler.report_labels),
         "steps": [
             {"uses": "actions/checkout@v4"},
-            {"name": "install envmatrix", "run": install},
+            *install_steps(),
+            restore_step(f.profile, results),
             {"uses": "actions/download-artifact@v4", "with": {"pattern": "records-*", "path": results, "merge-multiple": True}},
             {"name": "render the merged report", "run": quote(["envmatrix", "report", "--results", results, "--out", f.reports])},
-            {"name": "publish the merged site (the records as the shards signed them)", "run": publish},
+            {
+                "name": "publish the merged site (the records as the shards signed them)",
+                "run": quote(["envmatrix", "publish", "--results", results, "--out", f"{f.reports}/site"]),
+            },
+            save_step(f.profile, results),
             {"uses": "actions/upload-artifact@v4", "with": {"name": "envmatrix-report", "path": f.reports}},
         ],
     }
@@ -83,13 +145,29 @@ def workflow(f: Fanout) -> dict[str, Any]:
         "name": f"envmatrix {f.profile}",
         "on": {"workflow_dispatch": None},
         "permissions": {"contents": "read"},
-        "jobs": {"shard": shard_job, "report": report_job},
+        "jobs": {**jobs, "report": report_job},
     }
 
 
+class _Dumper(yaml.SafeDumper):
+    """safe_dump, with a shell script of several lines written as a literal block (as a person would write it)."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _text)
+
+
+def dump(doc: dict[str, Any]) -> str:
+    """YAML text of a workflow: every string quoted as YAML needs, scripts as blocks."""
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000)
+
+
 def render(f: Fanout) -> str:
-    """The workflow as YAML text (safe_dump: every string is quoted as YAML needs)."""
-    return "# Generated by envmatrix submit github; re-generate rather than edit.\n" + yaml.safe_dump(workflow(f), sort_keys=False, width=1000)
+    """The workflow as YAML text."""
+    return "# Generated by envmatrix submit github; re-generate rather than edit.\n" + dump(workflow(f))
 
 
 def watch_workflow(job: WatchJob) -> dict[str, Any]:
@@ -108,7 +186,8 @@ def watch_workflow(job: WatchJob) -> dict[str, Any]:
     )
     steps: list[dict[str, Any]] = [
         {"uses": "actions/checkout@v4"},
-        {"name": "install envmatrix", "run": "python -m pip install ."},
+        *install_steps(),
+        restore_step(f"watch-{job.profile}-{job.gpu.lower()}", f"{job.reports}/results"),
         {"name": "watch the stack's new releases", "id": "watch", "run": run},
         {
             "name": "open or update the regression issue",
@@ -122,6 +201,7 @@ def watch_workflow(job: WatchJob) -> dict[str, Any]:
             "uses": "actions/upload-artifact@v4",
             "with": {"name": f"envmatrix-watch-{job.profile}-{job.gpu.lower()}", "path": job.reports, "if-no-files-found": "warn"},
         },
+        save_step(f"watch-{job.profile}-{job.gpu.lower()}", f"{job.reports}/results"),
         {"name": "fail on a regression", "if": "steps.watch.outputs.status == '1'", "run": "exit 1"},
     ]
     return {
@@ -134,6 +214,4 @@ def watch_workflow(job: WatchJob) -> dict[str, Any]:
 
 def render_watch(job: WatchJob) -> str:
     """The watch workflow as YAML text."""
-    return "# Generated by envmatrix submit github --schedule; re-generate rather than edit.\n" + yaml.safe_dump(
-        watch_workflow(job), sort_keys=False, width=1000
-    )
+    return "# Generated by envmatrix submit github --schedule; re-generate rather than edit.\n" + dump(watch_workflow(job))

