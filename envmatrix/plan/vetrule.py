@@ -130,10 +130,23 @@ def unvetted_reason(stack: Stack, candidates: list[Cell]) -> str:
     return f"no control runs on its detector stack ({stack.text()}): {len(candidates)} skipped, e.g. {first.id}: {first.reason}"
 
 
-def unvettable_environments(cells: list[Cell]) -> dict[str, list[str]]:
-    """Per environment id, the healthy scenarios no control can vet (empty when every one can)."""
-    out: dict[str, list[str]] = {}
+def vetting_by_gpu(cells: list[Cell]) -> dict[str, dict[str, Any]]:
+    """Per GPU type (plan order): environments with a healthy planned or covered cell, how many of them every such
+    cell of can be vetted, the planned controls, and each unvettable environment with its first reason."""
+    envs: dict[str, dict[str, str]] = {}
+    controls: dict[str, int] = {}
     for cell in cells:
-        if cell.unvetted:
-            out.setdefault(cell.env.id, []).append(cell.scenario.name)
+        gpu = cell.env.gpu
+        controls.setdefault(gpu, 0)
+        if cell.scenario.expect:
+            controls[gpu] += cell.status == PLANNED
+        elif cell.status != SKIPPED:
+            why = envs.setdefault(gpu, {}).setdefault(cell.env.id, "")
+            if cell.unvetted and not why:
+                envs[gpu][cell.env.id] = f"{cell.scenario.name}: {cell.unvetted}"
+    out: dict[str, dict[str, Any]] = {}
+    for gpu, count in controls.items():
+        found = envs.get(gpu, {})
+        bad = {env: why for env, why in found.items() if why}
+        out[gpu] = {"environments": len(found), "vettable": len(found) - len(bad), "controls": count, "unvettable": bad}
     return out
