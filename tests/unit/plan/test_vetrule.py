@@ -33,7 +33,7 @@ def test_the_detector_stack_is_the_attention_stack_plus_the_trainer_and_engine_a
     assert fsdp == builtin  # FSDP2 is torch's own: the attention stack's torch
     assert vetrule.stack_of({**AXES, "gpu": "H20"}, {}, Scenario("a")) != builtin
     assert vetrule.stack_of({**AXES, "cuda": "12.1"}, {}, Scenario("a")) != builtin
-    assert "A100 · cu124 torch 2.5.1 · flash-attn 2.7.4.post1 · built-in loop" == builtin.text()
+    assert builtin.text() == "A100 · cu124 torch 2.5.1 · flash-attn 2.7.4.post1 · built-in loop"
 
 
 def test_a_record_is_read_by_the_same_rule() -> None:
@@ -110,7 +110,7 @@ def test_a_stack_with_no_control_declared_says_so() -> None:
 
 
 def test_controls_takes_all_or_fewest() -> None:
-    with pytest.raises(SpecError, match="controls.*choose all"):
+    with pytest.raises(SpecError, match=r"controls.*choose all"):
         plan(doc(controls="some"))
 
 
