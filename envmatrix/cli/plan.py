@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from ..facts import catalog
 from ..host.gpus import detect_gpus
 from ..outputs.terminal import Console
 from ..plan import builds as plan
@@ -40,7 +41,13 @@ def environment_entry(build: Build, sources: Sources) -> dict[str, object]:
     gpus = list(dict.fromkeys(c.env.gpu for c in build.cells))
     wanted = install_set(build.env, sources)
     entry = {"build": build.build_id, "env": {**axes, "packages": dict(build.env.packages)}, "gpus": gpus, "cells": len(build.cells)}
-    return {**entry, "install": wanted.as_dict(), "base_image": wanted.base_image}
+    return {**entry, "install": wanted.as_dict(), "base_image": wanted.base_image, "leads": leads(build)}
+
+
+def leads(build: Build) -> dict[str, str]:
+    """Per GPU type its cells run on, what the catalog expects may fail there (a lead the run confirms or not)."""
+    found = {gpu: catalog.h20_sigfpe_lead(build.env.cuda, gpu) for gpu in dict.fromkeys(c.env.gpu for c in build.cells)}
+    return {gpu: text for gpu, text in found.items() if text}
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -77,6 +84,7 @@ def handle(args: argparse.Namespace) -> int:
         table.add_row(c.id, e.cuda, e.torch, e.transformers, e.flash_attn, e.gpu, e.python, c.scenario.name, status, c.reason, vet or c.unvetted)
     console.print(table)
     _print_vetting(console, cells)
+    _print_leads(console, builds)
     tally = plan.counts(cells)
     console.print(
         f"{tally.get('planned', 0)} planned, {tally.get(COVERED, 0)} covered (by a planned cell: see reason), {tally.get('skipped', 0)} skipped; "
@@ -99,6 +107,13 @@ def _print_vetting(console: Console, cells: list[Cell]) -> None:
         )
         for env_id, why in row["unvettable"].items():
             console.print(f"  [red]cannot be vetted[/]: {env_id}: {why}", soft_wrap=True, highlight=False)
+
+
+def _print_leads(console: Console, builds: list[Build]) -> None:
+    """What the catalog expects may fail where (the seeds' stacks), for the run to confirm or not."""
+    for build in builds:
+        for gpu, text in leads(build).items():
+            console.print(f"[yellow]lead[/] {build.build_id} on {gpu}: {text}", soft_wrap=True, highlight=False)
 
 
 def _print_resolutions(console: Console, outcome: ResolveOutcome) -> None:

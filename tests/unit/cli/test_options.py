@@ -111,8 +111,9 @@ def test_json_is_an_alias_of_format_json(command: str) -> None:
 def test_plan_json_is_one_object_with_environments(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--file", str(matrix()), "--profile", "gpu", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"cells", "environments", "resolutions", "unreachable"}
+    assert set(doc) == {"cells", "environments", "resolutions", "unreachable", "vetting"}
     assert doc["resolutions"] is None and doc["unreachable"] == {}
+    assert all({"environments", "vettable", "controls", "unvettable"} <= set(row) for row in doc["vetting"].values())
     planned = [c for c in doc["cells"] if c["status"] == "planned"]
     assert planned and {c["id"] for c in doc["cells"]} >= {c["id"] for c in planned}
     envs = doc["environments"]
