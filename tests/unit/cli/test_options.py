@@ -120,7 +120,7 @@ def test_plan_json_is_one_object_with_environments(matrix: Callable[..., Path], 
     assert sum(e["cells"] for e in envs) == len(planned)
     assert {e["build"] for e in envs} == {c["build"] for c in planned}
     first = envs[0]
-    assert set(first) == {"build", "env", "gpus", "cells", "install", "base_image"}
+    assert set(first) == {"build", "env", "gpus", "cells", "install", "base_image", "leads"}
     for e in envs:  # every environment with its install set and a base image (a toolkit only where something is compiled)
         assert e["base_image"] and "devel" not in e["base_image"] and e["install"]["base_image"] == e["base_image"]
         assert any(r.startswith(f"transformers=={e['env']['transformers']}") for r in e["install"]["requirements"])
