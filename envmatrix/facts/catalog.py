@@ -137,8 +137,9 @@ CXX11_ABI_SOURCE = Source(
 CXX11_ABI_BUILDS: dict[str, tuple[str, ...]] = {"2.6": ("12.6",)}
 
 CUBLAS_SOURCE = Source(
-    "the torch wheels' Requires-Dist (pytorch .github/scripts/generate_binary_build_matrix.py,"
-    " PYTORCH_EXTRA_INSTALL_REQUIREMENTS): cu121 builds pin nvidia-cublas-cu12==12.1.3.1, cu124 12.4.5.8, cu126 12.6.4.1",
+    "the torch wheels' Requires-Dist (pytorch .github/scripts/generate_binary_build_matrix.py, PYTORCH_EXTRA_INSTALL_REQUIREMENTS;"
+    " FACTS §13): cu121 builds pin nvidia-cublas-cu12==12.1.3.1 (seen for torch 2.4.1), cu124 12.4.5.8 (PyPI's torch 2.6.0),"
+    " cu126 12.6.4.1 (torch 2.7.1+cu126); a record's freeze says what was installed",
     "2026-11-28",
 )
 #: The cuBLAS a torch CUDA build's wheel pins (nvidia-cublas-cu12), per CUDA version of the build, where it is one
