@@ -29,11 +29,11 @@ class Standing:
     cell: CellInfo  # one of its cells: the axis values and build id
     scenarios: tuple[str, ...]  # healthy scenarios ok here, on a detector stack a control vetted
     fails: tuple[str, ...]  # healthy scenarios that ran here and were not ok
-    controls: int  # controls that reproduced on this environment's detector stacks
-    controls_ran: int
+    controls: int  # controls that reproduced in this environment
+    controls_ran: int  # controls that ran in it
     not_applicable: tuple[str, ...] = ()  # scenarios skipped here by the profile's design
     unvetted: tuple[str, ...] = ()  # healthy scenarios ok here with no reproduced control on their detector stack
-    vetted_by: tuple[str, ...] = ()  # the control cells that reproduced on its stacks
+    vetted_by: tuple[str, ...] = ()  # the control cells (here or beside it) that vet its scenarios
 
     @property
     def gpu(self) -> str:
@@ -49,15 +49,15 @@ class Standing:
 
     @property
     def vetted(self) -> bool:
-        """Vetted for something: a healthy scenario ok, and a detector proven in this environment."""
-        return bool(self.scenarios) and self.controls > 0
+        """Vetted for something: a healthy scenario ok on a detector stack a control proved."""
+        return bool(self.scenarios)
 
     def why_not(self) -> str:
         """Why the environment is vetted for nothing ('' when it is vetted)."""
         if not self.scenarios and not self.unvetted:
             return "no healthy scenario was ok here"
         if not self.scenarios:
-            return f"no control reproduced on its detector stack ({self.controls_ran} ran there), so no detector was shown to work"
+            return f"no control reproduced on its detector stack ({self.controls_ran} ran here), so no detector was shown to work"
         return ""
 
     def as_dict(self) -> dict[str, object]:
@@ -92,23 +92,22 @@ def standings(records: list[Record]) -> list[Standing]:
             continue
         healthy = [r for r in ran if not r.expect]
         ok = [r for r in healthy if r.klass == Outcome.OK]
-        # the controls on this environment's stacks: those of its healthy cells, and its own
-        stacks = {record_stack(r) for r in ran}
-        mine = list({c.cell.id: c for s in stacks for c in controls.get(s, [])}.values())
+        own = [r for r in ran if r.expect]
         # a control that failed here says the detector is broken here, whatever reproduced elsewhere on the stack
-        broken = {record_stack(r) for r in ran if r.expect and r.control != "reproduced"}
-        proven = {s for s in stacks - broken if any(c.control == "reproduced" for c in controls.get(s, []))}
+        broken = {record_stack(r) for r in own if r.control != "reproduced"}
+        stacks = {record_stack(r) for r in ok} - broken
+        proven = {s for s in stacks if any(c.control == "reproduced" for c in controls.get(s, []))}
         out.append(
             Standing(
                 env=env_id,
                 cell=ran[0].cell,
                 scenarios=tuple(r.cell.scenario for r in ok if record_stack(r) in proven),
                 fails=tuple(r.cell.scenario for r in healthy if r.klass != Outcome.OK),
-                controls=sum(c.control == "reproduced" for c in mine),
-                controls_ran=len(mine),
+                controls=sum(r.control == "reproduced" for r in own),
+                controls_ran=len(own),
                 not_applicable=tuple(r.cell.scenario for r in recs if not_applicable(r)),
                 unvetted=tuple(r.cell.scenario for r in ok if record_stack(r) not in proven),
-                vetted_by=tuple(sorted(c.cell.id for c in mine if c.control == "reproduced")),
+                vetted_by=tuple(sorted({c.cell.id for s in proven for c in controls[s] if c.control == "reproduced"})),
             )
         )
     return out
