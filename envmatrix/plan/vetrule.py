@@ -28,9 +28,9 @@ from .eligibility import VETTING, depends_on
 
 #: The package axes of the detector's stack beyond the attention stack: the trainer stack and the engine.
 DETECTOR_PACKAGES: frozenset[str] = frozenset({"trl", "accelerate", "deepspeed"})
-#: `controls:` values (spec/matrix.py validates them): every planned control runs (covered where cover.py says
-#: so), or the fewest that vet.
-ALL, FEWEST = CONTROL_MODES
+#: The `controls:` value (spec/matrix.py validates CONTROL_MODES) that plans the fewest controls that vet; with
+#: the other, `all`, every planned control runs (covered where cover.py says so).
+FEWEST = CONTROL_MODES[1]
 
 
 @dataclass(frozen=True)
