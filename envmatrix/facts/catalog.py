@@ -126,8 +126,32 @@ def base_image(cuda: str, *, toolkit: bool, python: str = "3.10") -> str | None:
     return found.ref if found else None
 
 
-#: torch 2.7 is the first release whose pip wheels use the CXX11 ABI (manylinux_2_28).
+#: torch 2.7 is the first release whose pip wheels all use the CXX11 ABI (manylinux_2_28).
 CXX11_ABI_FROM = Version("2.7")
+CXX11_ABI_SOURCE = Source(
+    "pytorch/pytorch PR #142064 (2.6: cxx11-abi for the Linux CUDA 12.6 builds only; malfet in #143962: 'only cuda-12.6"
+    " binaries'); #123649 (manylinux_2_28 and the CXX11 ABI for every build from 2.7); FACTS §1",
+    "2026-11-28",
+)
+#: Earlier releases whose builds of these CUDA versions already use the CXX11 ABI (torch 2.6.0+cu126).
+CXX11_ABI_BUILDS: dict[str, tuple[str, ...]] = {"2.6": ("12.6",)}
+
+CUBLAS_SOURCE = Source(
+    "the torch wheels' Requires-Dist (pytorch .github/scripts/generate_binary_build_matrix.py, PYTORCH_EXTRA_INSTALL_REQUIREMENTS;"
+    " FACTS §13): cu121 builds pin nvidia-cublas-cu12==12.1.3.1 (seen for torch 2.4.1), cu124 12.4.5.8 (PyPI's torch 2.6.0),"
+    " cu126 12.6.4.1 (torch 2.7.1+cu126); a record's freeze says what was installed",
+    "2026-11-28",
+)
+#: The cuBLAS a torch CUDA build's wheel pins (nvidia-cublas-cu12), per CUDA version of the build, where it is one
+#: version across the releases that publish that build (torch 2.4-2.6).
+CUBLAS: dict[str, str] = {"12.1": "12.1.3.1", "12.4": "12.4.5.8", "12.6": "12.6.4.1"}
+H20_SIGFPE_SOURCE = Source(
+    "pytorch/pytorch #152017 (open), om-ai-lab/VLM-R1 #71, hiyouga/LLaMA-Factory #2750 and #6828: cuBLAS 12.1.x GEMM heuristics"
+    " divide by zero on H20 (cublasLt backtrace, signal 8); fixed from cuBLAS 12.3.4.1 / 12.4.5.8 (FACTS §13)",
+    "2026-11-28",
+)
+#: The first cuBLAS without the H20 SIGFPE: a build that pins an older one can show it on an H20 (a lead, not a verdict).
+H20_SIGFPE_FIXED = "12.3.4.1"
 
 
 @dataclass(frozen=True)
@@ -140,13 +164,21 @@ class FlashWheels:
     cuda_majors: tuple[int, ...]
     python: tuple[str, str]
     source: Source = Source("Dao-AILab/flash-attention .github/workflows/publish.yml at each tag (FACTS §2)", "2026-08")
+    #: The C++ ABI flags each torch build's wheel is published with (setup.py picks the installed torch's).
+    abis: tuple[bool, ...] = (False, True)
 
 
+FA_27 = Source(
+    "flash-attention release assets v2.7.0-v2.7.3 (torch 2.1.2-2.5.1, cu11/cu12) and v2.7.4.post1 (torch 2.2.2-2.6.0, cu12), each"
+    " cxx11abiFALSE and cxx11abiTRUE, cp39-cp313 (github.com/Dao-AILab/flash-attention/releases/tag/v2.7.4.post1; publish.yml"
+    " at each tag; e.g. flash_attn-2.7.4.post1+cu12torch2.5cxx11abiFALSE-cp311-cp311-linux_x86_64.whl); FACTS §2",
+    "2026-11-28",
+)
 FA_283 = Source("flash-attention v2.8.3.post1 release assets (CUDA 12.9.1 builds); 2.8.3.post2 is an sdist on PyPI; #1967, #2069 (FACTS §8)", "2026-11-23")
 FLASH_ATTN: tuple[FlashWheels, ...] = (
     FlashWheels("2.6.3", "2.6.4", ("2.0.1", "2.1.2", "2.2.2", "2.3.1", "2.4.0"), (11, 12), ("3.8", "3.12")),
-    FlashWheels("2.7.0", "2.7.4", ("2.1.2", "2.2.2", "2.3.1", "2.4.0", "2.5.1"), (11, 12), ("3.9", "3.13")),
-    FlashWheels("2.7.4", "2.8.0", ("2.2.2", "2.3.1", "2.4.0", "2.5.1", "2.6.0"), (12,), ("3.9", "3.13")),
+    FlashWheels("2.7.0", "2.7.4", ("2.1.2", "2.2.2", "2.3.1", "2.4.0", "2.5.1"), (11, 12), ("3.9", "3.13"), FA_27),
+    FlashWheels("2.7.4", "2.8.0", ("2.2.2", "2.3.1", "2.4.0", "2.5.1", "2.6.0"), (12,), ("3.9", "3.13"), FA_27),
     FlashWheels("2.8.0", "2.8.3", ("2.4.0", "2.5.1", "2.6.0", "2.7.1"), (12,), ("3.9", "3.13")),
     FlashWheels("2.8.3", "2.8.4", ("2.4.0", "2.5.1", "2.6.0", "2.7.1", "2.8.0"), (12,), ("3.9", "3.13"), FA_283),
 )
@@ -256,9 +288,24 @@ def _py_in(python: str, bounds: tuple[str, str]) -> bool:
     return Version(bounds[0]) <= Version(python) <= Version(bounds[1])
 
 
-def cxx11_abi(torch: str) -> bool:
-    """Whether the pip wheels of this torch release use the CXX11 ABI (read it in the image to be sure)."""
-    return Version(torch) >= CXX11_ABI_FROM
+def cxx11_abi(torch: str, cuda: str | None = None) -> bool:
+    """Whether the pip wheels of this torch release (and CUDA build, where it matters: 2.6.0+cu126 does, 2.6.0+cu124
+    does not) use the CXX11 ABI; read `torch._C._GLIBCXX_USE_CXX11_ABI` in the image to be sure."""
+    return Version(torch) >= CXX11_ABI_FROM or (cuda is not None and cuda in CXX11_ABI_BUILDS.get(minor(torch), ()))
+
+
+def cublas(cuda: str) -> str | None:
+    """The cuBLAS a torch build of this CUDA version pins (CUBLAS), or None where the catalog does not say."""
+    return CUBLAS.get(cuda)
+
+
+def h20_sigfpe_lead(cuda: str, gpu: str) -> str | None:
+    """Why an environment can die of SIGFPE in cuBLAS on an H20 (its build pins a cuBLAS before the fix), or None."""
+    found = cublas(cuda)
+    if gpu != "H20" or found is None or Version(found) >= Version(H20_SIGFPE_FIXED):
+        return None
+    where = H20_SIGFPE_SOURCE.where.split(":")[0]
+    return f"cu{cuda.replace('.', '')} torch wheels pin cuBLAS {found}, before {H20_SIGFPE_FIXED}: GEMMs can die of SIGFPE on an H20 ({where})"
 
 
 def min_driver(cuda: str) -> str | None:
@@ -296,7 +343,7 @@ def flash_wheel_name(release: str, torch: str, cuda: str, python: str, abi_flag:
     """The wheel file flash-attn's setup.py looks for on its GitHub release (FACTS §2); pass the ABI
     flag read from the installed torch where there is one, rather than the catalog's guess."""
     py = "cp" + python.replace(".", "")
-    abi = "TRUE" if (cxx11_abi(torch) if abi_flag is None else abi_flag) else "FALSE"
+    abi = "TRUE" if (cxx11_abi(torch, cuda) if abi_flag is None else abi_flag) else "FALSE"
     tag = flash_wheel_cuda_tag(release, cuda)
     return f"flash_attn-{release}+{tag}torch{minor(torch)}cxx11abi{abi}-{py}-{py}-linux_x86_64.whl"
 
@@ -403,11 +450,29 @@ def as_dict() -> dict[str, object]:
 
     return {
         "torch": [
-            {"release": k, "cuda": list(v.cuda), "default_cuda": v.default_cuda, "python": list(v.python), "cxx11_abi": cxx11_abi(k + ".0"), **src(v.source)}
+            {
+                "release": k,
+                "cuda": list(v.cuda),
+                "default_cuda": v.default_cuda,
+                "python": list(v.python),
+                "cxx11_abi": cxx11_abi(k + ".0"),
+                "cxx11_abi_builds": [c for c in v.cuda if cxx11_abi(k + ".0", c)],
+                "cublas": {c: CUBLAS[c] for c in v.cuda if c in CUBLAS},
+                **src(v.source),
+            }
             for k, v in TORCH.items()
         ],
+        "abi": src(CXX11_ABI_SOURCE),
+        "cublas": {**src(CUBLAS_SOURCE), "h20_sigfpe_fixed_from": H20_SIGFPE_FIXED, "h20_sigfpe": src(H20_SIGFPE_SOURCE)},
         "flash_attn": [
-            {"releases": f"{w.first} ≤ v < {w.until}", "torch": list(w.torch), "cuda_majors": list(w.cuda_majors), "python": list(w.python), **src(w.source)}
+            {
+                "releases": f"{w.first} ≤ v < {w.until}",
+                "torch": list(w.torch),
+                "cuda_majors": list(w.cuda_majors),
+                "python": list(w.python),
+                "cxx11_abi": list(w.abis),
+                **src(w.source),
+            }
             for w in FLASH_ATTN
         ],
         "attention": [

@@ -181,10 +181,12 @@ def _toml_list(values: list[str]) -> str:
 
 
 def stands_on(records: list[Record], choice: Standing) -> list[Record]:
-    """The records an environment's vetting stands on: its healthy scenarios that were ok, and its
-    controls that reproduced their failure."""
-    mine = [r for r in records if r.env == choice.env and r.status == Status.DONE]
-    return [r for r in mine if (r.control == "reproduced" if r.expect else r.klass == Outcome.OK and r.cell.scenario in choice.scenarios)]
+    """The records an environment's vetting stands on: its healthy scenarios that were ok, and the controls
+    that reproduced their failure on its detector stacks (in it or beside it: plan/vetrule.py)."""
+    vetters = set(choice.vetted_by)
+    done = [r for r in records if r.status == Status.DONE]
+    controls = [r for r in done if r.expect and r.control == "reproduced" and r.cell.id in vetters]
+    return [r for r in done if r.env == choice.env and not r.expect and r.klass == Outcome.OK and r.cell.scenario in choice.scenarios] + controls
 
 
 def envmatrix_table(choice: Standing, records: list[Record], provenance: Mapping[str, Provenance]) -> list[str]:

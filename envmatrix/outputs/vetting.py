@@ -1,9 +1,11 @@
 """Pure: what each environment is vetted for, standing on its controls.
 
-An environment (on a GPU type) is vetted for the healthy scenarios that were ok in it, and only where
-at least one control reproduced its failure in that same environment on that GPU: a green cell means
-something only where a detector was shown to work there. A scenario that fails in every environment
-where it ran is a finding about the scenario, not a reason to vet nothing; it is listed apart.
+An environment (on a GPU type) is vetted for the healthy scenarios that were ok in it, each only where a
+control reproduced its failure on the same detector stack (plan/vetrule.py: GPU × CUDA × torch × flash-attn,
+plus TRL/accelerate or DeepSpeed where the scenario trains through them): a green cell means something only
+where a detector was shown to work on what that cell ran on. The planner plans controls by the same rule.
+A scenario that fails in every environment where it ran is a finding about the scenario, not a reason to
+vet nothing; it is listed apart.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from ..plan.eligibility import NOT_APPLICABLE
+from ..plan.vetrule import Stack, scenario_from_settings, stack_of
 from ..records.outcomes import Outcome
 from ..records.record import CellInfo, Record, Status
 
@@ -24,11 +27,13 @@ class Standing:
 
     env: str
     cell: CellInfo  # one of its cells: the axis values and build id
-    scenarios: tuple[str, ...]  # healthy scenarios ok here
+    scenarios: tuple[str, ...]  # healthy scenarios ok here, on a detector stack a control vetted
     fails: tuple[str, ...]  # healthy scenarios that ran here and were not ok
-    controls: int  # controls that reproduced here
-    controls_ran: int
+    controls: int  # controls that reproduced in this environment
+    controls_ran: int  # controls that ran in it
     not_applicable: tuple[str, ...] = ()  # scenarios skipped here by the profile's design
+    unvetted: tuple[str, ...] = ()  # healthy scenarios ok here with no reproduced control on their detector stack
+    vetted_by: tuple[str, ...] = ()  # the control cells (here or beside it) that vet its scenarios
 
     @property
     def gpu(self) -> str:
@@ -44,15 +49,15 @@ class Standing:
 
     @property
     def vetted(self) -> bool:
-        """Vetted for something: a healthy scenario ok, and a detector proven in this environment."""
-        return bool(self.scenarios) and self.controls > 0
+        """Vetted for something: a healthy scenario ok on a detector stack a control proved."""
+        return bool(self.scenarios)
 
     def why_not(self) -> str:
         """Why the environment is vetted for nothing ('' when it is vetted)."""
-        if not self.scenarios:
+        if not self.scenarios and not self.unvetted:
             return "no healthy scenario was ok here"
-        if not self.controls:
-            return f"no control reproduced here ({self.controls_ran} ran), so no detector was shown to work"
+        if not self.scenarios:
+            return f"no control reproduced on its detector stack ({self.controls_ran} ran here), so no detector was shown to work"
         return ""
 
     def as_dict(self) -> dict[str, object]:
@@ -66,6 +71,8 @@ class Standing:
             "controls": self.controls,
             "controls_ran": self.controls_ran,
             "healthy": self.healthy,
+            "unvetted": list(self.unvetted),
+            "vetted_by": list(self.vetted_by),
         }
 
 
@@ -74,25 +81,42 @@ def standings(records: list[Record]) -> list[Standing]:
     groups: dict[str, list[Record]] = defaultdict(list)
     for rec in records:
         groups[rec.env].append(rec)
+    controls: dict[Stack, list[Record]] = defaultdict(list)
+    for rec in records:
+        if rec.expect and rec.status != Status.SKIPPED:
+            controls[record_stack(rec)].append(rec)
     out = []
     for env_id, recs in sorted(groups.items()):
         ran = [r for r in recs if r.status != Status.SKIPPED]
         if not ran:
             continue
         healthy = [r for r in ran if not r.expect]
-        controls = [r for r in ran if r.expect]
+        ok = [r for r in healthy if r.klass == Outcome.OK]
+        own = [r for r in ran if r.expect]
+        # a control that failed here says the detector is broken here, whatever reproduced elsewhere on the stack
+        broken = {record_stack(r) for r in own if r.control != "reproduced"}
+        stacks = {record_stack(r) for r in ok} - broken
+        proven = {s for s in stacks if any(c.control == "reproduced" for c in controls.get(s, []))}
         out.append(
             Standing(
                 env=env_id,
                 cell=ran[0].cell,
-                scenarios=tuple(r.cell.scenario for r in healthy if r.klass == Outcome.OK),
+                scenarios=tuple(r.cell.scenario for r in ok if record_stack(r) in proven),
                 fails=tuple(r.cell.scenario for r in healthy if r.klass != Outcome.OK),
-                controls=sum(r.control == "reproduced" for r in controls),
-                controls_ran=len(controls),
+                controls=sum(r.control == "reproduced" for r in own),
+                controls_ran=len(own),
                 not_applicable=tuple(r.cell.scenario for r in recs if not_applicable(r)),
+                unvetted=tuple(r.cell.scenario for r in ok if record_stack(r) not in proven),
+                vetted_by=tuple(sorted({c.cell.id for s in proven for c in controls[s] if c.control == "reproduced"})),
             )
         )
     return out
+
+
+def record_stack(record: Record) -> Stack:
+    """A record's detector stack, by the planner's rule (plan/vetrule.py)."""
+    cell = record.cell
+    return stack_of(cell.axes(), cell.packages, scenario_from_settings(cell.scenario, cell.scenario_settings))
 
 
 def not_applicable(record: Record) -> bool:
@@ -159,6 +183,8 @@ def ruled_out(entry: Standing, scenarios: list[str], explicit: bool) -> list[str
             continue
         if s in entry.fails:
             missing.append(f"{s} fails here")
+        elif s in entry.unvetted:
+            missing.append(f"{s} was ok here, but no control reproduced on its detector stack")
         elif explicit or s not in entry.not_applicable:
             missing.append(f"{s} did not run here" if s not in entry.not_applicable else f"{s} does not apply here")
     return missing

@@ -78,6 +78,9 @@ class Cell:
     kinds: tuple[str, ...] = ()
     #: A covered cell's cell that runs (plan/cover.py).
     covered_by: str = ""
+    #: A healthy cell's control on the same detector stack (plan/vetrule.py), or why none can vet it.
+    vetted_by: str = ""
+    unvetted: str = ""
 
     @property
     def id(self) -> str:
@@ -98,6 +101,8 @@ class Cell:
             "reason": self.reason,
             "kinds": list(self.kinds),
             "covered_by": self.covered_by or None,
+            "vetted_by": self.vetted_by or None,
+            "unvetted": self.unvetted or None,
         }
 
 

@@ -25,9 +25,10 @@ NEEDS = "needs"  # the scenario needs a package this environment does not instal
 EXCLUDED = "excluded"  # an exclude rule of the profile
 HOST = "host"  # this runner cannot give the cell what it needs (GPUs)
 RESOLVER = "resolver"  # the package indexes cannot satisfy the environment's pins
-KINDS = (CATALOG, PACKAGES, FAMILY, NEEDS, EXCLUDED, HOST, RESOLVER)
+VETTING = "vetting"  # a control another control's run makes unneeded (plan/vetrule.py, `controls: fewest`)
+KINDS = (CATALOG, PACKAGES, FAMILY, NEEDS, EXCLUDED, HOST, RESOLVER, VETTING)
 #: Kinds that say a cell does not apply by the profile's design rather than that something is incompatible.
-NOT_APPLICABLE = (NEEDS, EXCLUDED)
+NOT_APPLICABLE = (NEEDS, EXCLUDED, VETTING)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from ..spec.patterns import PatternError, compile_selection
 from .cells import Cell, Environment
 from .cover import cover
 from .eligibility import environment_reasons, judge
+from .vetrule import plan_controls, vetted_by
 
 
 def environments(profile: Profile) -> list[Environment]:
@@ -61,4 +62,4 @@ def expand(
             ids = types.get(env.gpu)
             count, driver = (len(ids), host.driver) if host is not None and ids else (None, None)
             cells.append(judge(profile, env, scenario, gpu_count=count, driver=driver, env_reasons=env_reasons))
-    return cover(profile, cells)
+    return vetted_by(cover(profile, plan_controls(profile, cells)))

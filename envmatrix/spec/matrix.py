@@ -119,6 +119,8 @@ class Profile:
     every_environment: tuple[str, ...] = ()
     #: Per include entry, the scenario patterns it is there for (empty: every scenario of the profile).
     include_scenarios: tuple[tuple[str, ...], ...] = ()
+    #: `all`: every planned control runs; `fewest`: one per detector stack a healthy cell needs (plan/vetrule.py).
+    controls: str = "all"
 
 
 @dataclass(frozen=True)
@@ -395,7 +397,10 @@ PROFILE_KEYS = (
     "scheduler",
     "packages",
     "every_environment",
+    "controls",
 )
+#: A profile's `controls:` values (plan/vetrule.py reads them).
+CONTROL_MODES = ("all", "fewest")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?")
 _PATH = re.compile(r"[A-Za-z0-9._/~+-]{1,1024}")
 RULE_KEYS = (*AXES, "scenario", "reason")
@@ -540,6 +545,9 @@ def _profile(ck: Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) -
     fa_sources = ck.string_list(values.get("flash_attn_sources", flashsource.default_sources(wheelhouse, bfs is True)), (*path, "flash_attn_sources"))
     for problem in flashsource.check_sources(fa_sources, wheelhouse=wheelhouse, build_from_source=bfs is True):
         ck.err((*path, "flash_attn_sources"), problem)
+    controls = values.get("controls", "all")
+    if controls not in CONTROL_MODES:
+        ck.err((*path, "controls"), f"{controls!r}: choose all (every planned control runs) or fewest (one per detector stack that needs one)")
     if len(axes) != len(AXES):
         return None
     return Profile(
@@ -559,6 +567,7 @@ def _profile(ck: Checker, name: str, raw: Any, scenarios: dict[str, Scenario]) -
         packages=packages,
         every_environment=patterns["every_environment"],
         include_scenarios=tuple(purposes),
+        controls=controls if controls in CONTROL_MODES else "all",
     )
 
 

@@ -75,7 +75,7 @@ def test_unvetted_and_unknown_environments_are_refused(tmp_path: Path) -> None:
     records = [make_record("nan_loss", freeze=PINS)]
     with pytest.raises(InputError, match="is vetted for nothing: no healthy scenario was ok here"):
         write_lock(records, tmp_path, env_id=records[0].env)
-    with pytest.raises(InputError, match="is vetted for nothing: no control reproduced here"):
+    with pytest.raises(InputError, match="is vetted for nothing: no control reproduced on its detector stack"):
         write_lock([make_record("ok", freeze=PINS)], tmp_path, env_id=records[0].env)
     with pytest.raises(InputError, match="no records of a cell that ran in this environment"):
         write_lock(records, tmp_path, env_id="cu999-nothing")

@@ -111,15 +111,16 @@ def test_json_is_an_alias_of_format_json(command: str) -> None:
 def test_plan_json_is_one_object_with_environments(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--file", str(matrix()), "--profile", "gpu", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"cells", "environments", "resolutions", "unreachable"}
+    assert set(doc) == {"cells", "environments", "resolutions", "unreachable", "vetting"}
     assert doc["resolutions"] is None and doc["unreachable"] == {}
+    assert all({"environments", "vettable", "controls", "unvettable"} <= set(row) for row in doc["vetting"].values())
     planned = [c for c in doc["cells"] if c["status"] == "planned"]
     assert planned and {c["id"] for c in doc["cells"]} >= {c["id"] for c in planned}
     envs = doc["environments"]
     assert sum(e["cells"] for e in envs) == len(planned)
     assert {e["build"] for e in envs} == {c["build"] for c in planned}
     first = envs[0]
-    assert set(first) == {"build", "env", "gpus", "cells", "install", "base_image"}
+    assert set(first) == {"build", "env", "gpus", "cells", "install", "base_image", "leads"}
     for e in envs:  # every environment with its install set and a base image (a toolkit only where something is compiled)
         assert e["base_image"] and "devel" not in e["base_image"] and e["install"]["base_image"] == e["base_image"]
         assert any(r.startswith(f"transformers=={e['env']['transformers']}") for r in e["install"]["requirements"])

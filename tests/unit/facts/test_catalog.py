@@ -157,3 +157,26 @@ def test_catalog_command_prints_facts_with_sources(capsys: pytest.CaptureFixture
     assert main(["catalog"]) == 0
     table = capsys.readouterr().out
     assert "B300" in table and "checked" in table and "CUDA 13.x ≥ 580.65.06" in table
+
+
+def test_the_cxx11_abi_follows_the_build_not_only_the_release() -> None:
+    # torch 2.6.0's cu126 build is the first with the CXX11 ABI (pytorch PR #142064); its cu124 build is not
+    assert catalog.cxx11_abi("2.6.0", "12.6") and not catalog.cxx11_abi("2.6.0", "12.4") and not catalog.cxx11_abi("2.5.1", "12.1")
+    assert catalog.cxx11_abi("2.7.1") and not catalog.cxx11_abi("2.6.0")
+    assert catalog.flash_wheel_name("2.7.4.post1", "2.6.0", "12.6", "3.11").endswith("cu12torch2.6cxx11abiTRUE-cp311-cp311-linux_x86_64.whl")
+    assert catalog.flash_wheel_name("2.7.4.post1", "2.6.0", "12.4", "3.11").endswith("cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl")
+    wheels = catalog.flash_wheels("2.7.4.post1")
+    assert wheels is not None and wheels.abis == (False, True) and "v2.7.4.post1" in wheels.source.where
+    assert not catalog.release_wheel_reasons("2.7.4.post1", torch="2.5.1", cuda="12.1", python="3.11")
+    assert catalog.release_wheel_reasons("2.7.4.post1", torch="2.5.0", cuda="12.4", python="3.11")  # built against 2.5.1 only
+
+
+def test_cublas_per_build_and_the_h20_sigfpe_lead() -> None:
+    assert (catalog.cublas("12.1"), catalog.cublas("12.4"), catalog.cublas("13.0")) == ("12.1.3.1", "12.4.5.8", None)
+    lead = catalog.h20_sigfpe_lead("12.1", "H20")
+    assert lead is not None and "12.1.3.1" in lead and "#152017" in lead
+    assert catalog.h20_sigfpe_lead("12.1", "A100") is None and catalog.h20_sigfpe_lead("12.4", "H20") is None
+    t25 = next(t for t in catalog.as_dict()["torch"] if t["release"] == "2.5")  # type: ignore[attr-defined]
+    assert t25["cublas"] == {"12.1": "12.1.3.1", "12.4": "12.4.5.8"} and t25["cxx11_abi_builds"] == []
+    t26 = next(t for t in catalog.as_dict()["torch"] if t["release"] == "2.6")  # type: ignore[attr-defined]
+    assert t26["cxx11_abi_builds"] == ["12.6"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from envmatrix.plan.builds import builds
 from envmatrix.plan.cells import COVERED, PLANNED, SKIPPED
 from envmatrix.plan.expand import expand
+from envmatrix.plan.vetrule import vetting_by_gpu
 from envmatrix.spec.matrix import load
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,6 +34,8 @@ def gpu_plan() -> dict[str, object]:
         "environments": [b.build_id for b in builds(cells)],
         "skipped_by_kind": dict(sorted(Counter(k for c in cells for k in c.kinds).items())),
         "reasons": dict(sorted(Counter(c.reason for c in cells if c.status == SKIPPED).items())),
+        "vetting": {gpu: [row["environments"], row["vettable"], row["controls"]] for gpu, row in vetting_by_gpu(cells).items()},
+        "vetted_by": dict(sorted(Counter(c.vetted_by.split("/")[-1] for c in cells if c.vetted_by).items())),
     }
 
 
@@ -63,3 +66,12 @@ def test_the_docs_state_the_plan() -> None:
     assert {by_gpu[g] for g in by_gpu if g not in ("A100", "H20")} == {int(m.group(3))}
     m = re.search(r"The other ([\d,]+) cells stay in the plan as `skipped`", text)
     assert m and int(m.group(1).replace(",", "")) == plan["skipped"]
+
+
+def test_the_gpu_runners_page_states_the_vetting() -> None:
+    plan = json.loads(GOLDEN.read_text())
+    text = " ".join((ROOT / "docs" / "gpu-runners.md").read_text().split())
+    for gpu in ("A100", "H20"):
+        n, vettable, _ = plan["vetting"][gpu]
+        assert n == vettable and f"{gpu} {n} of {n}" in text, f"docs/gpu-runners.md: {gpu}'s vetting figures"
+    assert f"The plan is {plan['planned']} cells over {len(plan['environments'])} images" in text
