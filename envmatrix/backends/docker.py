@@ -32,6 +32,7 @@ from probes import source_files as probe_files
 
 from ..errors import BackendError
 from ..facts import catalog, elfarch, flashsource
+from ..host import diskspace, dockerfs
 from ..host.gpus import HostGpus, detect_gpus, visible_devices
 from ..host.pipconfig import read_pip_settings
 from ..plan.builds import Build
@@ -41,7 +42,7 @@ from ..plan.install import Sources, install_set, package_pins
 from ..run.execute import Completed, fork_refusal, probe_argv, probe_command, process_alive
 from ..run.forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, forked_launch, helper_from_hello, run_forked
 from ..spec.matrix import Scenario
-from . import BuildFailed, Prepared
+from . import BuildFailed, Prepared, images
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKERFILE = ROOT / "dockerfiles" / "probe.Dockerfile"
@@ -55,7 +56,7 @@ HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 HOME_IN_CONTAINER = "/home/probe"  # a tmpfs (exec) in every probe container: its HOME and cache root
 CACHES_IN_CONTAINER = f"{HOME_IN_CONTAINER}/.envmatrix-caches"
 THREAD_VARS = ("OMP_NUM_THREADS",)  # what a cell takes from the runner's environment for it (its share of the cores)
-IMAGES = "envmatrix-probe"  # the repository of the probe images: envmatrix-probe:<hash>
+IMAGES = images.REPOSITORY  # the repository of the probe images: envmatrix-probe:<hash>
 
 
 def connect() -> Any:
@@ -126,6 +127,9 @@ class DockerBackend:
         self.lock = threading.Lock()
         self.helpers = HelperPool()
         self._gpus = gpus
+        self.shared = dockerfs.SharedFolders(self.client)  # the engine sees the runner's folders (host/dockerfs.py)
+        self._gpu_container_ok = False  # a container with a GPU started once (try_gpu_container)
+        self.reserved = 0  # bytes the builds in flight will take on the engine's data root (host/diskspace.py)
 
     @property
     def gpus(self) -> HostGpus:
@@ -167,6 +171,20 @@ class DockerBackend:
                 "on PATH; no CDI specification in /etc/cdi or /var/run/cdi): install the NVIDIA container toolkit "
                 "(nvidia-ctk runtime configure --runtime=docker; restart dockerd), or run GPU cells with --backend venv"
             )
+
+    def try_gpu_container(self, image: str) -> None:
+        """Start a container of `image` with one of this runner's GPUs, once per backend: a toolkit registered with the
+        engine can still fail every `--gpus` container (host/dockerfs.py); BackendError with the engine's words."""
+        if self._gpu_container_ok or not self.gpus.devices:
+            return
+        problem = dockerfs.gpu_container_problem(self.client, image, self.gpus.device_ids([self.gpus.devices[0].index]))
+        if problem is not None:
+            raise BackendError(
+                f"could not start a container with a GPU ({problem}): check `docker run --rm --gpus all {image} nvidia-smi`; "
+                "install or repair the NVIDIA container toolkit (nvidia-ctk runtime configure --runtime=docker; restart dockerd), "
+                "or run GPU cells with --backend venv"
+            )
+        self._gpu_container_ok = True
 
     def build_args(self, env: Environment) -> dict[str, str]:
         """The Dockerfile's ARGs for an environment, from its install set; every value is a validated version or name."""
@@ -247,13 +265,25 @@ class DockerBackend:
             self._context(env, folder)
             args = self.build_args(env)
             tag = self.image_tag(args, folder)
+            self.shared.require_runner_folders(args["BASE_IMAGE"], log.parent)
+            if env.cuda != "none":
+                self.try_gpu_container(args["BASE_IMAGE"])
             try:
                 image = self.client.images.get(tag)
                 reused = True
                 log.write_text(f"reusing image {tag} ({image.id})\n")
             except ImageNotFound:
                 reused = False
-                image = self._build(folder, tag, args, log)
+                labels = images.labels(env.build_id, images.recipe_digest(folder / "Dockerfile", folder / "steps"))
+                need = diskspace.needed(images.previous_size(self.client, env.build_id), env.cuda != "none")
+                with self.lock:  # what the builds in flight will still take is not free for this one
+                    space_line = diskspace.require(diskspace.measure(self.client, args["BASE_IMAGE"]), need + self.reserved, f"building {tag}")
+                    self.reserved += need
+                try:
+                    image = self._build(folder, tag, args, log, labels=labels, preface=space_line)
+                finally:
+                    with self.lock:
+                        self.reserved -= need
         facts: dict[str, object] = {
             "tool": "docker",
             "image": tag,
@@ -279,15 +309,19 @@ class DockerBackend:
         except ImageNotFound:
             return None
 
-    def _build(self, folder: Path, tag: str, args: dict[str, str], log: Path) -> Any:
-        """Stream the build log into `log`; a failure names the step that failed."""
+    def _build(self, folder: Path, tag: str, args: dict[str, str], log: Path, *, labels: dict[str, str] | None = None, preface: str = "") -> Any:
+        """Stream the build log into `log`; a failure names the step that failed. The image carries `labels`
+        (backends/images.py: its environment and recipe, so `envmatrix images` can prune superseded ones)."""
         from docker.errors import APIError
 
         step = "(before the first step)"
         with log.open("w") as out:
+            out.write(f"{preface}\n" if preface else "")
             out.write(f"building {tag} with {json.dumps(args)}\n")
             try:
-                for chunk in self.client.api.build(path=str(folder), tag=tag, buildargs=args, rm=True, forcerm=True, decode=True, pull=False):
+                for chunk in self.client.api.build(
+                    path=str(folder), tag=tag, buildargs=args, rm=True, forcerm=True, decode=True, pull=False, labels=labels or {}
+                ):
                     text = chunk.get("stream") or chunk.get("status") or ""
                     if text:
                         out.write(text if text.endswith("\n") else text + "\n")
