@@ -32,7 +32,7 @@ from probes import source_files as probe_files
 
 from ..errors import BackendError
 from ..facts import catalog, elfarch, flashsource
-from ..host import diskspace, dockerfs
+from ..host import diskspace, dockerfs, gpunames
 from ..host.gpus import HostGpus, detect_gpus, visible_devices
 from ..host.pipconfig import read_pip_settings
 from ..plan.builds import Build
@@ -129,6 +129,7 @@ class DockerBackend:
         self._gpus = gpus
         self.shared = dockerfs.SharedFolders(self.client)  # the engine sees the runner's folders (host/dockerfs.py)
         self._gpu_container_ok = False  # a container with a GPU started once (try_gpu_container)
+        self.packages_of: dict[str, dict[str, str]] = {}  # image tag → its environment's package axes (host/gpunames.py)
         self.reserved = 0  # bytes the builds in flight will take on the engine's data root (host/diskspace.py)
 
     @property
@@ -265,6 +266,7 @@ class DockerBackend:
             self._context(env, folder)
             args = self.build_args(env)
             tag = self.image_tag(args, folder)
+            self.packages_of[tag] = dict(env.packages)
             self.shared.require_runner_folders(args["BASE_IMAGE"], log.parent)
             if env.cuda != "none":
                 self.try_gpu_container(args["BASE_IMAGE"])
@@ -529,7 +531,9 @@ class DockerBackend:
             return helper
         inner = out / CELL_LOG
         inner.unlink(missing_ok=True)
-        env = {**env, **visible_devices(gpu_ids, self.gpus.device_ids(gpu_ids))}  # the helper container numbers its GPUs its own way
+        # the helper container numbers its GPUs its own way: by UUID, or its own indexes where vLLM cannot take UUIDs
+        names = gpunames.in_container(self.gpus, gpu_ids, [g.index for g in self.gpus.devices] or gpu_ids, self.packages_of.get(image, {}))
+        env = {**env, **visible_devices(gpu_ids, names)}
         cmd = ["python", str(PROBE_IN_IMAGE), *argv]
         request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmd, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env, "ranks": ranks}
         try:

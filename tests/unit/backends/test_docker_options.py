@@ -119,3 +119,48 @@ def test_a_forked_cell_is_shown_exactly_its_gpus_in_nvidia_smi_order(tmp_path: P
     # by UUID: the helper's container numbers the GPUs it was given from 0, whatever nvidia-smi's indexes are outside
     assert request["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": f"{fake_uuid(1)},{fake_uuid(3)}"} and request["ranks"] == 2
     assert done.exit_code == 0 and done.launch == "2 ranks forked in the environment's container" and len(keys) == 1
+
+
+@pytest.mark.parametrize(
+    ("vllm", "expected"),
+    [
+        ("none", [fake_uuid(1), fake_uuid(3)]),  # no vLLM: UUIDs, which name the same GPU for everyone
+        ("0.10.2", ["1", "3"]),  # a vLLM that reads CUDA_VISIBLE_DEVICES with int(): the container's own indexes
+        ("0.23.0", ["1", "3"]),  # not confirmed to hold the UUID fix (vLLM PR #45026): indexes
+        ("0.24.0", [fake_uuid(1), fake_uuid(3)]),
+    ],
+)
+def test_a_forked_vllm_cell_gets_gpus_in_the_form_its_release_accepts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vllm: str, expected: list[str]) -> None:
+    requests: list[dict[str, Any]] = []
+    monkeypatch.setattr("envmatrix.backends.docker.run_forked", lambda helper, request, **kw: requests.append(request) or Ended(0, False, 0.1))
+    made = backend(FakeDocker(), fork=True)
+    made.packages_of[str(READY.facts["image"])] = {"trl": "0.19.1", "vllm": vllm}
+    monkeypatch.setattr(made.helpers, "helper", lambda key, start: object())
+    made.run(READY, DDP2, tmp_path / "runs" / "cell", tmp_path / "logs" / "cell.log", timeout=60, gpu_ids=[1, 3])
+    assert requests[0]["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(expected)
+
+
+def test_container_indexes_follow_the_runner_gpus_it_was_given() -> None:
+    """A runner given GPUs 1 and 3 (CUDA_VISIBLE_DEVICES=1,3): its helper's container sees them as 0 and 1."""
+    from envmatrix.host.gpunames import in_container
+
+    assert in_container(HOST, [3], [1, 3], {"vllm": "0.10.2"}) == ["1"]
+    assert in_container(HOST, [1, 3], [1, 3], {"vllm": "0.10.2"}) == ["0", "1"]
+    assert in_container(HOST, [3], [1, 3], {"vllm": "not-a-version"}) == ["1"]  # unreadable: the form every release takes
+
+
+def test_a_runner_given_two_gpus_gives_its_helper_only_those(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runners on one host, each given its GPUs (CUDA_VISIBLE_DEVICES=1,3 and 0,2): neither's helper container
+    asks the engine for the other's GPUs."""
+    from envmatrix.host.gpus import _visible
+
+    mine = _visible(parse_query(smi_lines(MIXED)), {"CUDA_VISIBLE_DEVICES": "1,3"})
+    monkeypatch.setattr("envmatrix.backends.docker.connect_when_ready", lambda *a: (_ for _ in ()).throw(HelperFailed("not started")))
+    client = FakeDocker()
+    runs = tmp_path / "runs"
+    made = backend(client, fork=True, gpus=HostGpus(tuple(g.name for g in mine), mine[0].matrix_name, mine))
+    with pytest.raises(HelperFailed):
+        made._start_helper("envmatrix-probe:0123456789abcdef", runs, f"{os.getuid() or 1000}:{os.getgid() or 1000}", [3])
+    ((_, _, options),) = client.started
+    (request,) = options["device_requests"]
+    assert request["DeviceIDs"] == [fake_uuid(1), fake_uuid(3)]
