@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from rich.table import Table
 
@@ -62,7 +63,7 @@ def handle(args: argparse.Namespace) -> int:
     for i in found:
         state = i.state + (" (in use)" if i.in_use else "")
         table.add_row(i.tag, i.build_id or "?", i.recipe or "?", i.created[:19], gib(i.size), state)
-    console = Console()
+    console = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
     console.print(table)
     stale = [i for i in found if i.state == "superseded"]
     console.print(f"{len(found)} images, {len(stale)} superseded ({gib(sum(i.size for i in stale))}): envmatrix images --prune shows what it removes")

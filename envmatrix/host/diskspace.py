@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HostProblem
+from .dockerfs import run_briefly
 
 GIB = 1024**3
 #: A CUDA probe image's own layers (above its CUDA base), an estimate used until an image of the environment exists
@@ -49,21 +50,18 @@ def _df_in_container(client: Any, image: str, root: str) -> int | None:
     from docker.errors import DockerException
 
     try:
-        out = client.containers.run(
+        code, text = run_briefly(
+            client,
             image,
             ["-P", "-k", "/envmatrix-data-root"],
             entrypoint=["df"],
             volumes={root: {"bind": "/envmatrix-data-root", "mode": "ro"}},
-            network_disabled=True,
-            remove=True,
-            read_only=True,
-            cap_drop=["ALL"],
             user="65534:65534",
         )
     except DockerException:
         return None
-    lines = out.decode(errors="replace").strip().splitlines()
-    fields = lines[-1].split() if len(lines) >= 2 else []
+    lines = text.strip().splitlines()
+    fields = lines[-1].split() if code == 0 and len(lines) >= 2 else []
     return int(fields[3]) * 1024 if len(fields) >= 4 and fields[3].isdigit() else None
 
 

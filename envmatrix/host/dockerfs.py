@@ -14,6 +14,7 @@ import os
 import secrets
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,34 +27,49 @@ class NotShared(HostProblem):
     """The engine does not see a folder the runner mounts into containers: nothing it runs could be read back."""
 
 
+def run_briefly(client: Any, image: str, argv: list[str], **options: Any) -> tuple[int, str]:
+    """A short locked-down container of `image` (no network, no capabilities, read-only root): its exit status and
+    output. The output is read until it comes: an engine under load can answer `wait` before its log copier has
+    written a fast container's output (docker-py's `containers.run` then returns b'' for a container that printed)."""
+    container = client.containers.create(image, argv, network_disabled=True, read_only=True, cap_drop=["ALL"], **options)
+    try:
+        container.start()
+        code = int(container.wait(timeout=120)["StatusCode"])
+        text = ""
+        for _ in range(20):
+            text = container.logs(stdout=True, stderr=True).decode(errors="replace")
+            if text:
+                break
+            time.sleep(0.1)
+        return code, text
+    finally:
+        container.remove(force=True)
+
+
 def sees(client: Any, image: str, folder: Path) -> bool | None:
-    """Whether a container of `image` that mounts `folder` reads the marker written there now; None when no
-    container could be started (the image is missing: the build says so)."""
-    from docker.errors import ContainerError, DockerException, ImageNotFound
+    """Whether a container of `image` that mounts `folder` reads the marker written there now (told by its exit
+    status, which no log race can lose); None when no container could be started (the image is missing: the build
+    says so)."""
+    from docker.errors import DockerException
 
     token = secrets.token_hex(16)
     marker = folder / MARKER
     marker.write_text(token)
     marker.chmod(0o644)
     try:
-        out = client.containers.run(
+        code, _ = run_briefly(
+            client,
             image,
-            [f"/envmatrix-check/{MARKER}"],
-            entrypoint=["cat"],  # CUDA images' entrypoint prints a banner first
+            ["-c", f'test "$(cat /envmatrix-check/{MARKER})" = {token}'],
+            entrypoint=["sh"],  # not the image's: CUDA images' entrypoint prints a banner first
             volumes={str(folder.resolve()): {"bind": "/envmatrix-check", "mode": "ro"}},
-            network_disabled=True,
-            remove=True,
-            read_only=True,
-            cap_drop=["ALL"],
             user=f"{os.getuid()}:{os.getgid()}",
         )
-    except ContainerError:
-        return False  # cat found no marker: the engine mounted another folder of that name
-    except (ImageNotFound, DockerException):
+    except DockerException:
         return None
     finally:
         marker.unlink(missing_ok=True)
-    return token in out.decode(errors="replace")
+    return code == 0
 
 
 class SharedFolders:
@@ -106,23 +122,18 @@ def gpu_container_problem(client: Any, image: str, device_ids: list[str]) -> str
     started and has the NVIDIA control device: a toolkit that is installed but cannot serve (no driver libraries in
     reach, a hook that fails, a CDI spec of other GPUs) shows only here."""
     import docker
-    from docker.errors import ContainerError, DockerException
+    from docker.errors import DockerException
 
     try:
-        client.containers.run(
+        code, _ = run_briefly(
+            client,
             image,
             ["-c", "test -e /dev/nvidiactl"],
             entrypoint=["sh"],
             device_requests=[docker.types.DeviceRequest(device_ids=device_ids, capabilities=[["gpu"]])],
-            network_disabled=True,
-            remove=True,
-            read_only=True,
-            cap_drop=["ALL"],
             user="65534:65534",
         )
-    except ContainerError:
-        return "the container started but has no /dev/nvidiactl: the toolkit passed no NVIDIA device in"
     except DockerException as exc:
-        said = getattr(exc, "explanation", None) or str(exc)
-        return str(said).strip().splitlines()[0][:300] if str(said).strip() else type(exc).__name__
-    return None
+        said = str(getattr(exc, "explanation", None) or exc).strip()
+        return said.splitlines()[0][:300] if said else type(exc).__name__
+    return None if code == 0 else "the container started but has no /dev/nvidiactl: the toolkit passed no NVIDIA device in"

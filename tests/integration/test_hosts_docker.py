@@ -127,9 +127,9 @@ def test_a_folder_the_engine_does_not_see_is_found_in_seconds(client: Any) -> No
             self.real = real
             self.containers = self
 
-        def run(self, image: str, command: list[str], **options: Any) -> Any:
+        def create(self, image: str, command: list[str], **options: Any) -> Any:
             ((_, bind),) = options["volumes"].items()
-            return self.real.containers.run(image, command, **{**options, "volumes": {str(engine_side): bind}})
+            return self.real.containers.create(image, command, **{**options, "volumes": {str(engine_side): bind}})
 
     started = time.monotonic()
     try:
@@ -151,3 +151,17 @@ def test_gpu_check_starts_a_container_with_the_gpus(client: Any) -> None:
     with pytest.raises(BackendError, match="could not start a container with a GPU") as caught:
         backend.try_gpu_container(CPU_BASE)
     assert "device driver" in str(caught.value) or "nvidia" in str(caught.value).lower()
+
+
+def test_the_backend_builds_images_with_their_labels(client: Any, repository: str, tmp_path: Path) -> None:
+    """The docker backend's own build call (what prepare runs) gives the image its environment and recipe."""
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {CPU_BASE}\nRUN true\n")
+    backend = DockerBackend(client=client, gpus=HostGpus((), "cpu"))
+    log = tmp_path / "build.log"
+    labels = images.labels("cpu-torch2.8.0-tf4.57.6-fanone-py3.12", "fedcba9876543210")
+    backend._build(context, f"{repository}:built", {}, log, labels=labels, preface="free space on /var/lib/docker: 70.0 GiB")
+    (found,) = images.probe_images(client, repository)
+    assert (found.build_id, found.recipe, found.state) == ("cpu-torch2.8.0-tf4.57.6-fanone-py3.12", "fedcba9876543210", "current")
+    assert log.read_text().startswith("free space on /var/lib/docker")
