@@ -45,7 +45,7 @@ def handle(args: argparse.Namespace) -> int:
             )
             return 1 if done.failed else 0
         verb = "removed" if args.yes else "would remove (dry run: add --yes to remove)"
-        print(f"{verb}: {len(done.removed)} superseded images, {gib(done.freed)}")
+        print(f"{verb}: {len(done.removed)} superseded images, up to {gib(done.freed)} (layers they share with kept images stay)")
         for image in done.removed:
             print(f"  {image.tag}  {image.build_id}  {image.created[:19]}  {gib(image.size)}")
         for image in done.kept_in_use:

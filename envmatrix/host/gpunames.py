@@ -6,9 +6,9 @@ did not: its platform code read each entry with `int()` (vllm/platforms/interfac
 `device_id_to_physical_device_id`), so a UUID raised `ValueError: invalid literal for int()` at engine start (vLLM
 issues #6551, #32569, #41848 on 0.20.1, PR #46132 reproducing it on 0.10.0): a false breakage for every vLLM cell.
 UUIDs are resolved through NVML since PR #45026 ("Stop setting CUDA_VISIBLE_DEVICES internally in vLLM, add device_ids
-arg", commit ebfbcfe, merged 2026-06-20). The first release that certainly holds it is `VLLM_UUID_SINCE`: v0.23.0 was
-cut around that date and could not be confirmed either way from here, so it is named by indexes too (they work on
-every release).
+arg", commit ebfbcfe, merged to main 2026-06-20). v0.23.0 was released on 2026-06-14, before it; v0.24.0, released on
+2026-07-01, is the first release after it (`VLLM_UUID_SINCE`; that its branch holds the merge is read from the dates,
+not from the tag). Every release before is named by indexes, which all releases take.
 
 Indexes inside the helper's container: the container was given this runner's GPUs, and CUDA (with CUDA_DEVICE_ORDER
 PCI_BUS_ID) numbers them from 0 in PCI bus order, which is nvidia-smi's index order; so a GPU's index there is its

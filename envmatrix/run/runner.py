@@ -30,6 +30,7 @@ from .. import __version__
 from ..backends import Backend, BuildFailed, Prepared
 from ..errors import HostProblem, Interrupted
 from ..facts import catalog, elfarch
+from ..host import gpulease
 from ..outputs.summary import cell_text
 from ..plan.builds import Build, builds
 from ..plan.cells import COVERED, SKIPPED, Cell
@@ -190,6 +191,7 @@ class Runner:
         self.prepared: dict[str, Prepared | BuildFailed] = {}
         self.build_locks: dict[str, threading.Lock] = {}
         self.tally: Counter[str] = Counter()
+        self.gpu_locks = gpulease.LOCK_DIR  # where the runners of this host take turns on a GPU (host/gpulease.py)
 
     # ---- records ---------------------------------------------------------------------------------
 
@@ -283,7 +285,10 @@ class Runner:
         if pool is None:  # a CPU cell: torch's threads are its share of the cores
             ready = replace(ready, env={**(ready.env or os.environ), **thread_env(self.cores, self.jobs)})
         try:
-            record = self._execute(cell, ready, gpu_ids, started)
+            with gpulease.held(gpu_ids, self.stopping, self.gpu_locks) as free:  # no other runner's cell on these GPUs
+                if not free:
+                    return None
+                record = self._execute(cell, ready, gpu_ids, started)
         finally:
             if pool is not None:
                 pool.give(gpu_ids)

@@ -126,7 +126,7 @@ def test_a_forked_cell_is_shown_exactly_its_gpus_in_nvidia_smi_order(tmp_path: P
     [
         ("none", [fake_uuid(1), fake_uuid(3)]),  # no vLLM: UUIDs, which name the same GPU for everyone
         ("0.10.2", ["1", "3"]),  # a vLLM that reads CUDA_VISIBLE_DEVICES with int(): the container's own indexes
-        ("0.23.0", ["1", "3"]),  # not confirmed to hold the UUID fix (vLLM PR #45026): indexes
+        ("0.23.0", ["1", "3"]),  # released 2026-06-14, before the UUID fix (vLLM PR #45026, merged 2026-06-20): indexes
         ("0.24.0", [fake_uuid(1), fake_uuid(3)]),
     ],
 )
