@@ -356,8 +356,12 @@ class DockerBackend:
             container.remove(force=True)
 
     def _freeze(self, tag: str) -> list[str]:
-        out = self.client.containers.run(tag, ["python", "-m", "pip", "freeze"], remove=True, network_disabled=True, user="1000")
-        return [line for line in out.decode().splitlines() if line.strip()]
+        """The image's `pip freeze`, read until it comes (host/dockerfs.py run_briefly: `containers.run` can return b''
+        for a fast container on a loaded engine, which recorded an empty freeze)."""
+        code, text = dockerfs.run_briefly(self.client, tag, ["python", "-m", "pip", "freeze"], stderr=False, user="1000")
+        if code != 0:
+            raise BuildFailed(f"pip freeze in {tag} exited {code}")
+        return [line for line in text.splitlines() if line.strip()]
 
     # ---- cells -----------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ class NotShared(HostProblem):
     """The engine does not see a folder the runner mounts into containers: nothing it runs could be read back."""
 
 
-def run_briefly(client: Any, image: str, argv: list[str], **options: Any) -> tuple[int, str]:
+def run_briefly(client: Any, image: str, argv: list[str], *, stderr: bool = True, **options: Any) -> tuple[int, str]:
     """A short locked-down container of `image` (no network, no capabilities, read-only root): its exit status and
     output. The output is read until it comes: an engine under load can answer `wait` before its log copier has
     written a fast container's output (docker-py's `containers.run` then returns b'' for a container that printed)."""
@@ -37,7 +37,7 @@ def run_briefly(client: Any, image: str, argv: list[str], **options: Any) -> tup
         code = int(container.wait(timeout=120)["StatusCode"])
         text = ""
         for _ in range(20):
-            text = container.logs(stdout=True, stderr=True).decode(errors="replace")
+            text = container.logs(stdout=True, stderr=stderr).decode(errors="replace")
             if text:
                 break
             time.sleep(0.1)
