@@ -124,13 +124,13 @@ class DockerBackend:
         self.sources = sources or Sources(read_pip_settings())
         self.settings = self.sources.pip
         self.running: set[Any] = set()
+        self.shared = dockerfs.SharedFolders(self.client)  # the engine sees the runner's folders (host/dockerfs.py)
+        self._gpu_container_ok = False  # a container with a GPU started once (try_gpu_container)
+        self.envs_of: dict[str, Environment] = {}  # image tag → its environment (labels, host/gpunames.py)
+        self.reserved = 0  # bytes the builds in flight will take on the engine's data root (host/diskspace.py)
         self.lock = threading.Lock()
         self.helpers = HelperPool()
         self._gpus = gpus
-        self.shared = dockerfs.SharedFolders(self.client)  # the engine sees the runner's folders (host/dockerfs.py)
-        self._gpu_container_ok = False  # a container with a GPU started once (try_gpu_container)
-        self.packages_of: dict[str, dict[str, str]] = {}  # image tag → its environment's package axes (host/gpunames.py)
-        self.reserved = 0  # bytes the builds in flight will take on the engine's data root (host/diskspace.py)
 
     @property
     def gpus(self) -> HostGpus:
@@ -266,7 +266,7 @@ class DockerBackend:
             self._context(env, folder)
             args = self.build_args(env)
             tag = self.image_tag(args, folder)
-            self.packages_of[tag] = dict(env.packages)
+            self.envs_of[tag] = env
             self.shared.require_runner_folders(args["BASE_IMAGE"], log.parent)
             if env.cuda != "none":
                 self.try_gpu_container(args["BASE_IMAGE"])
@@ -276,16 +276,7 @@ class DockerBackend:
                 log.write_text(f"reusing image {tag} ({image.id})\n")
             except ImageNotFound:
                 reused = False
-                labels = images.labels(env.build_id, images.recipe_digest(folder / "Dockerfile", folder / "steps"))
-                need = diskspace.needed(images.previous_size(self.client, env.build_id), env.cuda != "none")
-                with self.lock:  # what the builds in flight will still take is not free for this one
-                    space_line = diskspace.require(diskspace.measure(self.client, args["BASE_IMAGE"]), need + self.reserved, f"building {tag}")
-                    self.reserved += need
-                try:
-                    image = self._build(folder, tag, args, log, labels=labels, preface=space_line)
-                finally:
-                    with self.lock:
-                        self.reserved -= need
+                image = self._build(folder, tag, args, log)
         facts: dict[str, object] = {
             "tool": "docker",
             "image": tag,
@@ -311,9 +302,23 @@ class DockerBackend:
         except ImageNotFound:
             return None
 
-    def _build(self, folder: Path, tag: str, args: dict[str, str], log: Path, *, labels: dict[str, str] | None = None, preface: str = "") -> Any:
-        """Stream the build log into `log`; a failure names the step that failed. The image carries `labels`
-        (backends/images.py: its environment and recipe, so `envmatrix images` can prune superseded ones)."""
+    def _build(self, folder: Path, tag: str, args: dict[str, str], log: Path) -> Any:
+        """Check the engine's free space for it (host/diskspace.py), then build. The image carries its environment and
+        recipe as labels (backends/images.py: `envmatrix images` prunes superseded ones)."""
+        env = self.envs_of.get(tag)
+        labels = images.labels(env.build_id, images.recipe_digest(folder / "Dockerfile", folder / "steps")) if env else {}
+        need = diskspace.needed(images.previous_size(self.client, env.build_id) if env else None, env is None or env.cuda != "none")
+        with self.lock:  # what the builds in flight will still take is not free for this one
+            space_line = diskspace.require(diskspace.measure(self.client, args["BASE_IMAGE"]), need + self.reserved, f"building {tag}")
+            self.reserved += need
+        try:
+            return self._build_labelled(folder, tag, args, log, labels=labels, preface=space_line)
+        finally:
+            with self.lock:
+                self.reserved -= need
+
+    def _build_labelled(self, folder: Path, tag: str, args: dict[str, str], log: Path, *, labels: dict[str, str], preface: str) -> Any:
+        """Stream the build log into `log`, after `preface`; a failure names the step that failed."""
         from docker.errors import APIError
 
         step = "(before the first step)"
@@ -536,7 +541,8 @@ class DockerBackend:
         inner = out / CELL_LOG
         inner.unlink(missing_ok=True)
         # the helper container numbers its GPUs its own way: by UUID, or its own indexes where vLLM cannot take UUIDs
-        names = gpunames.in_container(self.gpus, gpu_ids, [g.index for g in self.gpus.devices] or gpu_ids, self.packages_of.get(image, {}))
+        packages = dict(self.envs_of[image].packages) if image in self.envs_of else {}
+        names = gpunames.in_container(self.gpus, gpu_ids, [g.index for g in self.gpus.devices] or gpu_ids, packages)
         env = {**env, **visible_devices(gpu_ids, names)}
         cmd = ["python", str(PROBE_IN_IMAGE), *argv]
         request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmd, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env, "ranks": ranks}

@@ -161,7 +161,7 @@ def test_the_backend_builds_images_with_their_labels(client: Any, repository: st
     backend = DockerBackend(client=client, gpus=HostGpus((), "cpu"))
     log = tmp_path / "build.log"
     labels = images.labels("cpu-torch2.8.0-tf4.57.6-fanone-py3.12", "fedcba9876543210")
-    backend._build(context, f"{repository}:built", {}, log, labels=labels, preface="free space on /var/lib/docker: 70.0 GiB")
+    backend._build_labelled(context, f"{repository}:built", {}, log, labels=labels, preface="free space on /var/lib/docker: 70.0 GiB")
     (found,) = images.probe_images(client, repository)
     assert (found.build_id, found.recipe, found.state) == ("cpu-torch2.8.0-tf4.57.6-fanone-py3.12", "fedcba9876543210", "current")
     assert log.read_text().startswith("free space on /var/lib/docker")
