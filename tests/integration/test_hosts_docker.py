@@ -165,3 +165,26 @@ def test_the_backend_builds_images_with_their_labels(client: Any, repository: st
     (found,) = images.probe_images(client, repository)
     assert (found.build_id, found.recipe, found.state) == ("cpu-torch2.8.0-tf4.57.6-fanone-py3.12", "fedcba9876543210", "current")
     assert log.read_text().startswith("free space on /var/lib/docker")
+
+
+def test_a_run_short_of_space_stops_before_building_and_says_so(client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole path on the real engine: the runner prepares an environment whose image does not exist, the backend
+    measures the data root, finds it short (the reserve raised above what is free: the only simulated part), and the
+    run stops with exit status 3 before any build step; no record is written, no image built."""
+    from rich.console import Console
+
+    from envmatrix.plan.cells import Cell, Environment
+    from envmatrix.run.runner import Paths, Runner
+    from envmatrix.spec.matrix import Scenario
+
+    monkeypatch.setattr(diskspace, "RESERVE_BYTES", 1 << 50)
+    env = Environment("none", "2.13.0", "4.51.3", "none", "cpu", "3.11", packages=(("peft", "0.21.2"),))
+    before = {i.tag for i in images.probe_images(client)}
+    backend = DockerBackend(client=client, gpus=HostGpus((), "cpu"))
+    runner = Runner(backend, Paths(tmp_path / "reports"), console=Console(file=io.StringIO()))
+    started = time.monotonic()
+    with pytest.raises(diskspace.NoSpace, match="not enough free space on the Docker engine's data root") as caught:
+        runner.run([Cell(env, Scenario("fp32-sdpa"))])
+    assert time.monotonic() - started < 120 and caught.value.exit_code == 3
+    assert {i.tag for i in images.probe_images(client)} == before  # nothing built
+    assert not list((tmp_path / "reports" / "results").glob("*.json"))
