@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from simulated import FakeBackend
 
@@ -75,3 +76,11 @@ def test_a_gpu_held_by_another_process_is_waited_for_and_a_stop_gives_up(tmp_pat
         waited = time.monotonic() - start
     assert free is True and waited > 0.3  # it had to wait for the other process to let go
     assert other.wait(10) == 0
+
+
+def test_locks_are_named_by_uuid_where_nvidia_smi_gives_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two Slurm jobs on one node each see their GPU as index 0: the lock must name the GPU, not the index."""
+    monkeypatch.setattr(gpulease, "_uuids", lambda: {0: "GPU-5e1c0000-aaaa", 1: "GPU-0b2d0000-bbbb"})
+    assert gpulease.lock_names([1, 0]) == ["GPU-0b2d0000-bbbb.lock", "GPU-5e1c0000-aaaa.lock"]
+    monkeypatch.setattr(gpulease, "_uuids", dict)
+    assert gpulease.lock_names([3, 1]) == ["gpu1.lock", "gpu3.lock"]
