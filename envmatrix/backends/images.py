@@ -67,9 +67,10 @@ def _used_image_ids(client: Any) -> set[str]:
     return {str(c.attrs.get("Image", "")) for c in client.containers.list(all=True)}
 
 
-def probe_images(client: Any, repository: str = REPOSITORY) -> list[ProbeImage]:
+def probe_images(client: Any, repository: str | None = None) -> list[ProbeImage]:
     """Every image of envmatrix's repository, each with its state: the newest of an environment is current, older
     ones superseded; an image without labels is `unlabelled` (never pruned: its environment is unknown)."""
+    repository = repository or REPOSITORY
     used = _used_image_ids(client)
     found: list[tuple[str, str, dict[str, str], str, int]] = []
     for image in client.images.list(name=repository):
@@ -103,7 +104,7 @@ class Pruned:
         return sum(i.size for i in self.removed)
 
 
-def prune(client: Any, *, dry_run: bool, repository: str = REPOSITORY) -> Pruned:
+def prune(client: Any, *, dry_run: bool, repository: str | None = None) -> Pruned:
     """Remove every superseded probe image no container uses (dry run: say which, remove nothing)."""
     from docker.errors import APIError
 

@@ -9,10 +9,12 @@ import argparse
 import json
 import sys
 
+from rich.markup import escape
 from rich.table import Table
 
 from ..backends import images
 from ..backends.docker import connect
+from ..errors import printable
 from ..host.diskspace import gib
 from ..outputs.terminal import Console
 from . import options
@@ -24,6 +26,12 @@ def add_parser(sub: options.Subparsers) -> None:
     p.add_argument("--yes", action="store_true", help="with --prune: really remove them")
     options.add_format(p)
     p.set_defaults(func=handle)
+
+
+def _shown(text: str | None) -> str:
+    """An image's tag or label for the terminal: anyone may tag an image into the repository with any labels, so
+    control characters are escaped and rich's markup is not read."""
+    return escape(printable(text)) if text else "?"
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -47,11 +55,11 @@ def handle(args: argparse.Namespace) -> int:
         verb = "removed" if args.yes else "would remove (dry run: add --yes to remove)"
         print(f"{verb}: {len(done.removed)} superseded images, up to {gib(done.freed)} (layers they share with kept images stay)")
         for image in done.removed:
-            print(f"  {image.tag}  {image.build_id}  {image.created[:19]}  {gib(image.size)}")
+            print(f"  {printable(image.tag)}  {printable(image.build_id or '?')}  {printable(image.created[:19])}  {gib(image.size)}")
         for image in done.kept_in_use:
-            print(f"  kept {image.tag} ({image.build_id}): a container uses it")
+            print(f"  kept {printable(image.tag)} ({printable(image.build_id or '?')}): a container uses it")
         for image, error in done.failed:
-            print(f"  failed {image.tag}: {error}")
+            print(f"  failed {printable(image.tag)}: {printable(error)}")
         return 1 if done.failed else 0
     found = images.probe_images(client)
     if args.format == "json":
@@ -62,7 +70,7 @@ def handle(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold")
     for i in found:
         state = i.state + (" (in use)" if i.in_use else "")
-        table.add_row(i.tag, i.build_id or "?", i.recipe or "?", i.created[:19], gib(i.size), state)
+        table.add_row(_shown(i.tag), _shown(i.build_id), _shown(i.recipe), _shown(i.created[:19]), gib(i.size), state)
     console = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
     console.print(table)
     stale = [i for i in found if i.state == "superseded"]

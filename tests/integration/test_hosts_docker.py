@@ -188,3 +188,17 @@ def test_a_run_short_of_space_stops_before_building_and_says_so(client: Any, tmp
     assert time.monotonic() - started < 120 and caught.value.exit_code == 3
     assert {i.tag for i in images.probe_images(client)} == before  # nothing built
     assert not list((tmp_path / "reports" / "results").glob("*.json"))
+
+
+def test_labels_anyone_could_set_reach_the_terminal_escaped(
+    client: Any, repository: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An image tagged into the repository by someone else, with labels that carry an escape sequence and rich markup."""
+    from envmatrix.cli import main
+
+    build(client, f"{repository}:x", {**images.labels("env\x1b[2J[bold red]boom[/]", "r"), images.RECIPE_LABEL: "\x1b]0;title\x07"}, "x")
+    monkeypatch.setattr(images, "REPOSITORY", repository)
+    assert main(["images"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "env\\x1b[2J[bold red]boom[/]" in out and "\\x1b]0;title\\x07" in out  # shown, escaped, markup not read
