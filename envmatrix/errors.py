@@ -33,6 +33,11 @@ class BackendError(EnvmatrixError):
     exit_code = 3
 
 
+class HostProblem(BackendError):
+    """The host cannot run any environment (its engine's disk is full, the engine does not see the runner's
+    folders): the run stops with this message instead of recording every cell as failed."""
+
+
 class Interrupted(EnvmatrixError):
     """The user stopped the run (Ctrl-C); completed records were kept."""
 

@@ -1,7 +1,7 @@
 """`envmatrix gpu-check`: is this GPU runner ready for the matrix? One line per check, in minutes.
 
 Each check runs for real on the host: the driver against every CUDA build of the profile (the catalog's
-minimums), the NVIDIA container runtime in the Docker engine, bf16 support, a 2-GPU NCCL all-reduce on the
+minimums), the NVIDIA container toolkit and a container really given a GPU, bf16 support, a 2-GPU NCCL all-reduce on the
 host and in a container with a cell's settings, one flash-attn import, and the probe's kernel stage at
 reduced sizes. Checks that need what this host lacks (two GPUs of one type, flash-attn, a Docker engine
 with the NVIDIA runtime, a probe image with CUDA) say `skip` and why; a failing one says what to do.
@@ -64,16 +64,29 @@ def check_driver(gpus: HostGpus, profile: Profile) -> Check:
     return Check("driver", PASS, f"{gpus.driver} runs every CUDA build of the profile ({', '.join(c for c in profile.axes['cuda'] if c != 'none')})")
 
 
-def check_container_runtime(_: HostGpus, __: Profile) -> Check:
+def check_container_runtime(gpus: HostGpus, _: Profile) -> Check:
+    """The NVIDIA container toolkit as the docker backend needs it (a registered runtime, its hook or a CDI spec: the
+    backend's own rule), then a container really given one of this runner's GPUs: a toolkit that is set up but cannot
+    serve (`--gpus` starts a container without the device, or fails) shows only there (host/dockerfs.py)."""
+    name = "container runtime"
     try:
-        from ..backends.docker import connect
+        from ..backends.docker import DockerBackend, connect
 
-        runtimes = (connect().info() or {}).get("Runtimes") or {}
+        backend = DockerBackend(client=connect(), gpus=gpus)
     except BackendError as exc:
-        return Check("container runtime", SKIP, f"{exc} (the venv backend runs without one)")
-    if "nvidia" not in runtimes:
-        return Check("container runtime", FAIL, "no nvidia runtime in the Docker engine: nvidia-ctk runtime configure --runtime=docker, then restart dockerd")
-    return Check("container runtime", PASS, "the Docker engine has the nvidia runtime")
+        return Check(name, SKIP, f"{exc} (the venv backend runs without one)")
+    try:
+        backend.require_gpu_runtime()
+    except BackendError as exc:
+        return Check(name, FAIL, str(exc))
+    found = backend.newest_cuda_image(gpus.driver)
+    if found is None:
+        return Check(name, SKIP, "the toolkit is set up, but no container with a GPU was tried: no probe image with CUDA on this engine yet")
+    try:
+        backend.try_gpu_container(found[0])
+    except BackendError as exc:
+        return Check(name, FAIL, str(exc))
+    return Check(name, PASS, f"a container of {found[0]} given GPU {gpus.devices[0].index} started and has the NVIDIA device")
 
 
 def check_bf16(_: HostGpus, __: Profile) -> Check:

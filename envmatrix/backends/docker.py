@@ -32,6 +32,7 @@ from probes import source_files as probe_files
 
 from ..errors import BackendError
 from ..facts import catalog, elfarch, flashsource
+from ..host import diskspace, dockerfs, gpunames
 from ..host.gpus import HostGpus, detect_gpus, visible_devices
 from ..host.pipconfig import read_pip_settings
 from ..plan.builds import Build
@@ -41,7 +42,7 @@ from ..plan.install import Sources, install_set, package_pins
 from ..run.execute import Completed, fork_refusal, probe_argv, probe_command, process_alive
 from ..run.forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, forked_launch, helper_from_hello, run_forked
 from ..spec.matrix import Scenario
-from . import BuildFailed, Prepared
+from . import BuildFailed, Prepared, images
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKERFILE = ROOT / "dockerfiles" / "probe.Dockerfile"
@@ -55,7 +56,7 @@ HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 HOME_IN_CONTAINER = "/home/probe"  # a tmpfs (exec) in every probe container: its HOME and cache root
 CACHES_IN_CONTAINER = f"{HOME_IN_CONTAINER}/.envmatrix-caches"
 THREAD_VARS = ("OMP_NUM_THREADS",)  # what a cell takes from the runner's environment for it (its share of the cores)
-IMAGES = "envmatrix-probe"  # the repository of the probe images: envmatrix-probe:<hash>
+IMAGES = images.REPOSITORY  # the repository of the probe images: envmatrix-probe:<hash>
 
 
 def connect() -> Any:
@@ -123,6 +124,10 @@ class DockerBackend:
         self.sources = sources or Sources(read_pip_settings())
         self.settings = self.sources.pip
         self.running: set[Any] = set()
+        self.shared = dockerfs.SharedFolders(self.client)  # the engine sees the runner's folders (host/dockerfs.py)
+        self._gpu_container_ok = False  # a container with a GPU started once (try_gpu_container)
+        self.envs_of: dict[str, Environment] = {}  # image tag → its environment (labels, host/gpunames.py)
+        self.reserved = 0  # bytes the builds in flight will take on the engine's data root (host/diskspace.py)
         self.lock = threading.Lock()
         self.helpers = HelperPool()
         self._gpus = gpus
@@ -167,6 +172,20 @@ class DockerBackend:
                 "on PATH; no CDI specification in /etc/cdi or /var/run/cdi): install the NVIDIA container toolkit "
                 "(nvidia-ctk runtime configure --runtime=docker; restart dockerd), or run GPU cells with --backend venv"
             )
+
+    def try_gpu_container(self, image: str) -> None:
+        """Start a container of `image` with one of this runner's GPUs, once per backend: a toolkit registered with the
+        engine can still fail every `--gpus` container (host/dockerfs.py); BackendError with the engine's words."""
+        if self._gpu_container_ok or not self.gpus.devices:
+            return
+        problem = dockerfs.gpu_container_problem(self.client, image, self.gpus.device_ids([self.gpus.devices[0].index]))
+        if problem is not None:
+            raise BackendError(
+                f"could not start a container with a GPU ({problem}): check `docker run --rm --gpus all {image} nvidia-smi`; "
+                "install or repair the NVIDIA container toolkit (nvidia-ctk runtime configure --runtime=docker; restart dockerd), "
+                "or run GPU cells with --backend venv"
+            )
+        self._gpu_container_ok = True
 
     def build_args(self, env: Environment) -> dict[str, str]:
         """The Dockerfile's ARGs for an environment, from its install set; every value is a validated version or name."""
@@ -247,6 +266,10 @@ class DockerBackend:
             self._context(env, folder)
             args = self.build_args(env)
             tag = self.image_tag(args, folder)
+            self.envs_of[tag] = env
+            self.shared.require_runner_folders(args["BASE_IMAGE"], log.parent)
+            if env.cuda != "none":
+                self.try_gpu_container(args["BASE_IMAGE"])
             try:
                 image = self.client.images.get(tag)
                 reused = True
@@ -280,14 +303,32 @@ class DockerBackend:
             return None
 
     def _build(self, folder: Path, tag: str, args: dict[str, str], log: Path) -> Any:
-        """Stream the build log into `log`; a failure names the step that failed."""
+        """Check the engine's free space for it (host/diskspace.py), then build. The image carries its environment and
+        recipe as labels (backends/images.py: `envmatrix images` prunes superseded ones)."""
+        env = self.envs_of.get(tag)
+        labels = images.labels(env.build_id, images.recipe_digest(folder / "Dockerfile", folder / "steps")) if env else {}
+        need = diskspace.needed(images.previous_size(self.client, env.build_id) if env else None, env is None or env.cuda != "none")
+        with self.lock:  # what the builds in flight will still take is not free for this one
+            space_line = diskspace.require(diskspace.measure(self.client, args["BASE_IMAGE"]), need + self.reserved, f"building {tag}")
+            self.reserved += need
+        try:
+            return self._build_labelled(folder, tag, args, log, labels=labels, preface=space_line)
+        finally:
+            with self.lock:
+                self.reserved -= need
+
+    def _build_labelled(self, folder: Path, tag: str, args: dict[str, str], log: Path, *, labels: dict[str, str], preface: str) -> Any:
+        """Stream the build log into `log`, after `preface`; a failure names the step that failed."""
         from docker.errors import APIError
 
         step = "(before the first step)"
         with log.open("w") as out:
+            out.write(f"{preface}\n" if preface else "")
             out.write(f"building {tag} with {json.dumps(args)}\n")
             try:
-                for chunk in self.client.api.build(path=str(folder), tag=tag, buildargs=args, rm=True, forcerm=True, decode=True, pull=False):
+                for chunk in self.client.api.build(
+                    path=str(folder), tag=tag, buildargs=args, rm=True, forcerm=True, decode=True, pull=False, labels=labels or {}
+                ):
                     text = chunk.get("stream") or chunk.get("status") or ""
                     if text:
                         out.write(text if text.endswith("\n") else text + "\n")
@@ -320,8 +361,12 @@ class DockerBackend:
             container.remove(force=True)
 
     def _freeze(self, tag: str) -> list[str]:
-        out = self.client.containers.run(tag, ["python", "-m", "pip", "freeze"], remove=True, network_disabled=True, user="1000")
-        return [line for line in out.decode().splitlines() if line.strip()]
+        """The image's `pip freeze`, read until it comes (host/dockerfs.py run_briefly: `containers.run` can return b''
+        for a fast container on a loaded engine, which recorded an empty freeze)."""
+        code, text = dockerfs.run_briefly(self.client, tag, ["python", "-m", "pip", "freeze"], stderr=False, user="1000")
+        if code != 0:
+            raise BuildFailed(f"pip freeze in {tag} exited {code}")
+        return [line for line in text.splitlines() if line.strip()]
 
     # ---- cells -----------------------------------------------------------------------------------
 
@@ -495,7 +540,10 @@ class DockerBackend:
             return helper
         inner = out / CELL_LOG
         inner.unlink(missing_ok=True)
-        env = {**env, **visible_devices(gpu_ids, self.gpus.device_ids(gpu_ids))}  # the helper container numbers its GPUs its own way
+        # the helper container numbers its GPUs its own way: by UUID, or its own indexes where vLLM cannot take UUIDs
+        packages = dict(self.envs_of[image].packages) if image in self.envs_of else {}
+        names = gpunames.in_container(self.gpus, gpu_ids, [g.index for g in self.gpus.devices] or gpu_ids, packages)
+        env = {**env, **visible_devices(gpu_ids, names)}
         cmd = ["python", str(PROBE_IN_IMAGE), *argv]
         request = {"argv": argv, "argv0": str(PROBE_IN_IMAGE), "cmdline": cmd, "log": f"{RUNS_DIR}/{out.name}/{CELL_LOG}", "env": env, "ranks": ranks}
         try:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..host import memory
 from .execute import GRACE_S, PROBE, TAG_VAR, Completed, die_with_parent, kill_tagged, write_owner
 
 FORKSERVER = Path(__file__).resolve().parents[2] / "probes" / "forkserver.py"
@@ -35,6 +36,11 @@ HARD_S = 30.0  # after the last kill, the status must arrive within this, or the
 MAX_FAILURES = 3  # helpers of one environment that died or hung before it runs one process per cell
 CMDLINE_ROOM = 4096  # bytes of the helper's command line its children rewrite into their cells' commands
 LOG_NOTE = "[envmatrix] fork helper not used for this cell: {reason}; it ran in a process of its own"
+#: Idle helpers (each holds an environment's torch and transformers, a few hundred MB to GBs) are stopped, least
+#: recently used first, while what this runner may still allocate (host/memory.py: MemAvailable, or its cgroup's
+#: room) is below this: the cells being run need the memory more than a later cell needs a warm helper.
+MIN_AVAILABLE_BYTES = 4 * 1024**3
+IDLE_S = 5.0  # a helper handed out this recently is about to fork its cell: never evicted
 
 
 class HelperFailed(Exception):
@@ -245,17 +251,46 @@ class HelperPool:
     """One helper per environment, started on first use and restarted when it died; a cell that gets a
     reason instead of a helper runs in a process of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, min_available: int = MIN_AVAILABLE_BYTES, read_available: Callable[[], int | None] = memory.available) -> None:
         self.lock = threading.Lock()
         self.helpers: dict[str, Helper] = {}
         self.failures: dict[str, list[str]] = {}
         self.key_locks: dict[str, threading.Lock] = {}
         self.stopped = False
+        self.min_available = min_available
+        self.read_available = read_available
+        self.last_used: dict[str, float] = {}
+        self.evicted: list[str] = []
+
+    def evict_idle(self, keep: str | None = None) -> list[str]:
+        """Stop idle helpers (no cell running, none handed out in the last IDLE_S), least recently used first, while
+        the memory left is below `min_available`; never `keep` (the one being asked for). Their keys, in order."""
+        evicted: list[str] = []
+        while True:
+            room = self.read_available()
+            if room is None or room >= self.min_available:
+                break
+            with self.lock:
+                now = time.monotonic()
+                used = {k: self.last_used.get(k, 0.0) for k in self.helpers}
+                idle = [(used[k], k) for k, h in self.helpers.items() if k != keep and not h.busy and now - used[k] >= IDLE_S]
+                if not idle:
+                    break
+                _, key = min(idle)
+                helper = self.helpers.pop(key)
+            helper.close()  # not a failure: the next cell of that environment starts a new one
+            evicted.append(key)
+        with self.lock:
+            self.evicted.extend(evicted)
+        return evicted
 
     def helper(self, key: str, start: Callable[[], Helper]) -> Helper | str:
-        """The live helper for `key` (started with `start` when there is none), or why there is none."""
+        """The live helper for `key` (started with `start` when there is none), or why there is none. Idle helpers of
+        other environments are evicted first where memory is short."""
+        self.evict_idle(keep=key)
         with self.lock:
             key_lock = self.key_locks.setdefault(key, threading.Lock())
+            self.last_used[key] = time.monotonic()
         with key_lock:
             helper = self.helpers.get(key)
             if helper is not None and not helper.closed and helper.alive():
@@ -277,6 +312,7 @@ class HelperPool:
                     helper.close()
                     return "the run is stopping"
                 self.helpers[key] = helper
+                self.last_used[key] = time.monotonic()  # its start took a while: it is about to serve its cell
             return helper if helper.fork else f"forking is unsafe in this environment ({helper.reason})"
 
     def failed(self, key: str, helper: Helper, why: str) -> None:

@@ -28,8 +28,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .. import __version__
 from ..backends import Backend, BuildFailed, Prepared
-from ..errors import Interrupted
+from ..errors import HostProblem, Interrupted
 from ..facts import catalog, elfarch
+from ..host import gpulease
 from ..outputs.summary import cell_text
 from ..plan.builds import Build, builds
 from ..plan.cells import COVERED, SKIPPED, Cell
@@ -190,6 +191,7 @@ class Runner:
         self.prepared: dict[str, Prepared | BuildFailed] = {}
         self.build_locks: dict[str, threading.Lock] = {}
         self.tally: Counter[str] = Counter()
+        self.gpu_locks = gpulease.LOCK_DIR  # where the runners of this host take turns on a GPU (host/gpulease.py)
 
     # ---- records ---------------------------------------------------------------------------------
 
@@ -244,6 +246,8 @@ class Runner:
                     self.prepared[build.build_id] = self.backend.prepare(build, log)
                 except BuildFailed as exc:
                     self.prepared[build.build_id] = exc
+                except HostProblem:
+                    raise  # no environment can run on this host: the run stops (_run_all), nothing is recorded for it
                 except Exception as exc:
                     _append_traceback(log, f"backend {self.backend.name} raised while preparing {build.build_id}")
                     self.prepared[build.build_id] = BuildFailed(f"backend {self.backend.name} raised {type(exc).__name__}: {exc}")
@@ -281,7 +285,10 @@ class Runner:
         if pool is None:  # a CPU cell: torch's threads are its share of the cores
             ready = replace(ready, env={**(ready.env or os.environ), **thread_env(self.cores, self.jobs)})
         try:
-            record = self._execute(cell, ready, gpu_ids, started)
+            with gpulease.held(gpu_ids, self.stopping, self.gpu_locks) as free:  # no other runner's cell on these GPUs
+                if not free:
+                    return None
+                record = self._execute(cell, ready, gpu_ids, started)
         finally:
             if pool is not None:
                 pool.give(gpu_ids)
@@ -427,6 +434,7 @@ class Runner:
                     finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for fut in finished:
                         if fut in ready:  # an environment is ready (or failed: its cells record that)
+                            fut.result()  # raises only a HostProblem: every other failure is the build's record
                             pending |= {pool.submit(job, c, b) for c, b in cells_of[ready.pop(fut)]}
                             continue
                         record = fut.result()
@@ -437,6 +445,12 @@ class Runner:
                         self.tally[record.klass] += 1
                         progress.console.print(f"{cell_text(record):<34} {record.id}")
                         progress.update(task, advance=1, tally=self._tally(), description=_short(running))
+            except HostProblem:
+                self.stopping.set()
+                self.backend.stop_all()
+                preparer.shutdown(wait=False, cancel_futures=True)
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
             except KeyboardInterrupt:
                 self.stopping.set()
                 self.backend.stop_all()

@@ -110,3 +110,33 @@ def test_nccl_in_a_container_runs_as_a_cell_in_the_newest_image_the_driver_runs(
     engine(monkeypatch, FakeDocker(FakeContainer(code=1, output=b"torch.distributed.DistBackendError: NCCL error: unhandled system error\n"), images=images))
     failed = gpucheck.check_nccl_container(MIXED_HOST, GPU)
     assert failed.status == gpucheck.FAIL and failed.detail.startswith("torch.distributed.DistBackendError: NCCL error")
+
+
+def test_the_container_runtime_check_tries_a_container_with_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registered toolkit is not enough: the check starts a container given a GPU (the real engine's side of that is
+    tests/integration/test_hosts_docker.py; here the engine's answer is given)."""
+    said: list[tuple[str, list[str]]] = []
+
+    def answer(problem: str | None) -> None:
+        def tried(client: object, image: str, device_ids: list[str]) -> str | None:
+            said.append((image, device_ids))
+            return problem
+
+        monkeypatch.setattr("envmatrix.host.dockerfs.gpu_container_problem", tried)
+
+    images = [FakeImage("envmatrix-probe:new", "12.8.1", "2026-02-01T00:00:00Z")]
+    engine(monkeypatch, FakeDocker(runtimes=("runc",), images=images))
+    no_toolkit = gpucheck.check_container_runtime(h20("570.86.15"), GPU)
+    assert no_toolkit.status == gpucheck.FAIL and "no NVIDIA container toolkit" in no_toolkit.detail and said == []
+    answer('could not select device driver "" with capabilities: [[gpu]]')
+    engine(monkeypatch, FakeDocker(images=images))
+    broken = gpucheck.check_container_runtime(h20("570.86.15"), GPU)
+    assert broken.status == gpucheck.FAIL and "could not select device driver" in broken.detail
+    assert said == [("envmatrix-probe:new", ["0"])]  # the newest CUDA image, one of this runner's GPUs
+    answer(None)
+    engine(monkeypatch, FakeDocker(images=images))
+    ok = gpucheck.check_container_runtime(h20("570.86.15"), GPU)
+    assert ok.status == gpucheck.PASS and "envmatrix-probe:new" in ok.detail
+    engine(monkeypatch, FakeDocker(images=[]))
+    untried = gpucheck.check_container_runtime(h20("570.86.15"), GPU)
+    assert untried.status == gpucheck.SKIP and "no container with a GPU was tried" in untried.detail

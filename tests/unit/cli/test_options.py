@@ -69,7 +69,7 @@ def test_timeout_help_is_identical_across_commands() -> None:
 
 
 def test_format_where_output_is_machine_readable() -> None:
-    assert with_flag("--format") == ["catalog", "classify", "doctor", "plan", "preflight", "probe", "watch"]
+    assert with_flag("--format") == ["catalog", "classify", "doctor", "images", "plan", "preflight", "probe", "watch"]
     assert with_flag("--json") == ["classify", "probe"]
 
 

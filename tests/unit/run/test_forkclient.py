@@ -182,3 +182,69 @@ def test_pool_restarts_a_dead_helper_and_gives_up_on_import_errors() -> None:
     assert "unsafe" in str(pool.helper("threads", lambda: fake(9, fork=False, reason="2 Python thread(s)")))
     pool.stop_all()
     assert not second.alive() and pool.helper("env", start) == "the run is stopping"
+
+
+def real_helper(tmp_path: Path, name: str) -> Helper:
+    """A real forkserver process (its torch imports skipped), as start_process_helper starts one."""
+    path = tmp_path / f"{name}.sock"
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from probes.forkserver import Server; Server({str(path)!r}, None, None).serve()"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+    def stop() -> None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    sock, hello = connect_when_ready(path, lambda: proc.poll() is None, lambda: "exited", timeout=60)
+    return helper_from_hello(path, sock, hello, stop=stop, alive=lambda: proc.poll() is None, shares_pids=True)
+
+
+def test_idle_helpers_are_evicted_least_recently_used_first_when_memory_is_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real helper processes; the memory reading is the host's real one until the simulated shortage: a threshold
+    above what this machine has, for exactly one reading (one eviction frees enough)."""
+    from envmatrix.host import memory
+    from envmatrix.run import forkclient
+
+    monkeypatch.setattr(forkclient, "IDLE_S", 0.0)
+    real = memory.available()
+    assert real is not None and real > 0
+    pool = HelperPool(min_available=1)  # never short: nothing is evicted
+    helpers = {name: pool.helper(name, lambda name=name: real_helper(tmp_path, name)) for name in ("a", "b", "c")}
+    assert all(isinstance(h, Helper) and h.alive() for h in helpers.values()) and pool.evicted == []
+
+    pool.helper("a", lambda: pytest.fail("a is alive: reused, not started"))  # a is now the most recently used: b is the least
+    busy = helpers["c"]
+    assert isinstance(busy, Helper)
+    short = iter([0, real])  # one reading below the threshold, then enough room
+    pool.read_available = lambda: next(short, real)
+    pool.min_available = real // 2
+    pool.helper("d", lambda: real_helper(tmp_path, "d"))
+    b = helpers["b"]
+    assert isinstance(b, Helper)
+    assert pool.evicted == ["b"] and not b.alive() and b.closed  # its process is gone
+    assert all(h.alive() for k, h in helpers.items() if k != "b" and isinstance(h, Helper))
+
+    busy.busy.add(12345)  # c is serving a cell: never evicted, however short memory is
+    pool.read_available = lambda: 0
+    pool.helper("d", lambda: pytest.fail("d is alive"))
+    assert pool.evicted == ["b", "a"] and busy.alive() and "c" in pool.helpers and "d" in pool.helpers
+    assert pool.failures == {}  # an eviction is no failure: the next cell of "a" starts a new helper
+    busy.busy.clear()
+    pool.stop_all()
+
+
+def test_memory_left_reads_meminfo_and_a_cgroup_limit(tmp_path: Path) -> None:
+    from envmatrix.host import memory
+
+    assert memory.meminfo_available("MemTotal: 100 kB\nMemAvailable:   2048 kB\n") == 2048 * 1024
+    v2 = tmp_path / "job"
+    v2.mkdir()
+    (v2 / "memory.max").write_text("1073741824\n")
+    (v2 / "memory.current").write_text("268435456\n")
+    assert memory.cgroup_room("0::/job\n", tmp_path) == 805306368
+    (v2 / "memory.max").write_text("max\n")
+    assert memory.cgroup_room("0::/job\n", tmp_path) is None  # no limit
+    v1 = tmp_path / "memory" / "slurm"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text("2147483648\n")
+    (v1 / "memory.usage_in_bytes").write_text("2147483648\n")
+    assert memory.cgroup_room("4:memory:/slurm\n0::/\n", tmp_path) == 0

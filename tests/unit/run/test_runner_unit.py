@@ -273,3 +273,18 @@ def test_a_covered_cell_is_recorded_with_the_outcome_of_the_cell_that_ran_and_ne
     # a re-run with the cell that ran cached still records the covered one
     again = runner(tmp_path, backend).run(plan)
     assert again.cached == 1 and again.covered == 1 and len(backend.ran) == 1
+
+
+def test_a_host_problem_stops_the_run_instead_of_recording_every_cell(tmp_path: Path) -> None:
+    """A full data root or an engine that does not see the runner's folders (host/diskspace.py, host/dockerfs.py) is
+    no environment's failure: the run stops with the message (exit status 3) and records nothing for it."""
+    from envmatrix.host.diskspace import NoSpace
+
+    class Full(FakeBackend):
+        def prepare(self, build: Build, log: Path) -> Prepared:
+            raise NoSpace("not enough free space on the Docker engine's data root /var/lib/docker: 1.0 GiB free")
+
+    with pytest.raises(NoSpace, match=r"1\.0 GiB free") as caught:
+        runner(tmp_path, Full()).run(cells(env(), env("5.23.0"), scenarios=(Scenario("a"), Scenario("b"))))
+    assert caught.value.exit_code == 3
+    assert not list((tmp_path / "results").glob("*.json"))  # no cell recorded as a failed build
