@@ -177,11 +177,20 @@ def depth(value: Any) -> int:
     return deepest
 
 
-def parse_json(raw: bytes | str, where: Path | str, kind: Kind) -> Any:
+def _no_constant(where: Path | str, kind: Kind) -> Any:
+    def refuse(name: str) -> Any:
+        raise _refuse(where, f"{name} is not a JSON number; {kind.what} holds none", kind)
+
+    return refuse
+
+
+def parse_json(raw: bytes | str, where: Path | str, kind: Kind, *, finite: bool = False) -> Any:
     """JSON within the kind's depth and digits; Refused naming `where` otherwise (not JSON, too deep, a number
-    too long). NaN and Infinity are read as Python reads them: the fields that take numbers refuse them."""
+    too long). NaN and Infinity are read as Python reads them (the fields that take numbers refuse them), or,
+    with `finite`, refused (a file envmatrix itself writes never holds them: a site's index, an attestation)."""
+    constant = {"parse_constant": _no_constant(where, kind)} if finite else {}
     try:
-        value = json.loads(raw, parse_int=_json_int(kind, where))
+        value = json.loads(raw, parse_int=_json_int(kind, where), **constant)
     except RecursionError:
         raise _refuse(where, f"nested more than {kind.max_depth} levels deep, deeper than {kind.what} ever is", kind) from None
     except UnicodeDecodeError as exc:

@@ -8,11 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
 from ..errors import InputError
 from ..host.gpus import detect_gpus
-from ..jsonio import write_text_atomic
+from ..outputs.terminal import Console
+from ..outputs.writer import file_target, write_file
 from ..spec.matrix import load
 from . import options
 from .common import gpu_ids, gpu_type
@@ -41,6 +40,8 @@ def handle(args: argparse.Namespace) -> int:
     from ..answers.watch_summary import as_json, markdown
     from ..backends.registry import choose
 
+    if args.summary:
+        file_target(Path(args.summary), "--summary")  # refused before the watch runs, not after
     spec = load(args.file)
     if args.profile not in spec.profiles:
         raise InputError(f"{args.file}: no profile '{args.profile}' (it has {', '.join(spec.profiles)}); write one with envmatrix init, or pass --profile")
@@ -55,10 +56,11 @@ def handle(args: argparse.Namespace) -> int:
     )  # fmt: skip
     watch = run_watch(spec, request, console)
     text = markdown(watch, reports=args.reports)
-    if args.summary:
-        write_text_atomic(Path(args.summary), text)
     if as_json_out:
         print(json.dumps(as_json(watch, reports=args.reports), indent=2, default=str))
     else:
         sys.stdout.write(text)
+    sys.stdout.flush()  # the answer is out before the file is written: a failed write loses only the file
+    if args.summary:
+        write_file(Path(args.summary), text, "--summary")
     return watch.exit_code()

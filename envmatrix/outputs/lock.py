@@ -23,12 +23,12 @@ from packaging.utils import canonicalize_name
 from ..errors import InputError
 from ..facts import pkgconstraints
 from ..host.pipconfig import TORCH_INDEX, PipSettings, read_pip_settings
-from ..jsonio import write_json_atomic, write_text_atomic
 from ..records.outcomes import Outcome
 from ..records.provenance import Provenance
 from ..records.record import BuildFacts, Record, Status
 from . import require
 from .vetting import Standing, best, standings, vetted_environments
+from .writer import write_files
 
 PYPI = "https://pypi.org/simple"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
@@ -269,18 +269,21 @@ def write_lock(
     flash = flash_entry(build)
     entries = sorted([*pip_report(pins, build), *([flash] if flash else [])], key=lambda e: e["name"].lower())
     folder.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(folder / "requirements.lock", requirements_lock(entries, choice.env))
-    write_text_atomic(folder / "pylock.toml", pylock_toml(entries, choice.python, envmatrix_table(choice, records, provenance or {})))
-    write_json_atomic(
-        folder / "sources.json",
-        {
-            "environment": choice.as_dict(),
-            "index_url": build.index_url,
-            "extra_index_urls": list(build.extra_index_urls),
-            "find_links": list(build.find_links),
-            "tool": build.tool,
-            "image": build.image,
-            "base_image": build.base_image,
-        },
+    sources = {
+        "environment": choice.as_dict(),
+        "index_url": build.index_url,
+        "extra_index_urls": list(build.extra_index_urls),
+        "find_links": list(build.find_links),
+        "tool": build.tool,
+        "image": build.image,
+        "base_image": build.base_image,
+    }
+    write_files(
+        [
+            (folder / "requirements.lock", requirements_lock(entries, choice.env)),
+            (folder / "pylock.toml", pylock_toml(entries, choice.python, envmatrix_table(choice, records, provenance or {}))),
+            (folder / "sources.json", json.dumps(sources, indent=2, default=str)),
+        ],
+        "a lock file",
     )
     return folder
