@@ -53,11 +53,14 @@ def handle(args: argparse.Namespace) -> int:
     """Exit 0 when nothing known is bad, 1 when something is, 2 bad input, 3 no records to answer from."""
     from ..answers.check import answer
     from ..outputs import check_report
+    from ..outputs.writer import file_target, write_file
     from ..share.keys import load_trusted
     from ..share.merge import gather
     from ..stack import read_stack
     from ..stack.interpreter import read_interpreter
 
+    if args.output:
+        file_target(args.output, "--output")  # a folder or a device is refused before anything is read
     stack = read_stack(Path(args.file)) if args.file is not None else read_interpreter(args.current or None)
     merged = gather(options.results_folders(args.results), load_trusted(args.trust), warn)
     for problem in merged.problems:
@@ -82,9 +85,7 @@ def handle(args: argparse.Namespace) -> int:
     else:
         out = check_report.text(found)
     if args.output:
-        from ..jsonio import write_text_atomic
-
-        write_text_atomic(args.output, out)
+        write_file(args.output, out, "--output")
     else:
         sys.stdout.write(out)
     if merged.problems:

@@ -71,3 +71,9 @@ def test_text_escapes_what_records_say(tmp_path: Path) -> None:
     a = answer(read_stack(path), cpu_records(), "cpu", {}, "3.11")
     a.notes.append("\x1b[31mred")
     assert "\x1b" not in text(a)
+
+
+def test_an_output_that_is_a_folder_is_refused_before_anything_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "out").mkdir()
+    assert main(["check", str(tmp_path / "missing.txt"), "--results", str(tmp_path), "--output", str(tmp_path / "out")]) == 2
+    assert "--output" in capsys.readouterr().err
