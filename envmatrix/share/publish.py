@@ -37,7 +37,7 @@ from ..outputs.report import render_html
 from ..outputs.writer import folder_target, write_folder
 from ..records.provenance import Provenance
 from ..records.record import MAX_RECORD_BYTES, RECORD_VERSION, Record, RecordError, cell_stem, record_files, record_from_bytes
-from . import dsse
+from . import badge, dsse
 from .keys import keyid, public_pem
 from .site import INDEX, SITE_VERSION
 from .statement import encode, result_predicate, sha256, statement
@@ -158,6 +158,8 @@ def _write(site: Path, found: Found, key: Ed25519PrivateKey | None, site_url: st
     if key is not None:
         _put(site, "key.pub", public_pem(key.public_key()))
     _put(site, "test-result.json", _json(result_predicate(records, site_url)))
+    for rel, data in badge.badges(records).items():  # SITE/badges/<gpu>.svg: the table at a glance
+        _put(site, rel, data)
     lock_envs = {env for env, files in locks.items() if files}
     signer = keyid(key.public_key()) if key else None
     here = "this site (readers check its records against the keys they trust)"
