@@ -94,7 +94,8 @@ wheels = [{ url = "https://files/transformers-4.51.3-py3-none-any.whl", hashes =
 environment = "x"
 """.replace("HASH_A", "a" * 64).replace("HASH_B", "b" * 64)
 
-UV_LOCK = """\
+UV_LOCK = (
+    """\
 version = 1
 requires-python = ">=3.11"
 
@@ -105,9 +106,9 @@ source = { registry = "https://pypi.org/simple" }
 dependencies = [
     { name = "torch" },
 ]
-sdist = { url = "https://files/transformers-4.51.3.tar.gz", hash = "sha256:%s" }
+sdist = { url = "https://files/transformers-4.51.3.tar.gz", hash = "sha256:HASH_C" }
 wheels = [
-    { url = "https://files/transformers-4.51.3-py3-none-any.whl", hash = "sha256:%s" },
+    { url = "https://files/transformers-4.51.3-py3-none-any.whl", hash = "sha256:HASH_D" },
 ]
 
 [package.optional-dependencies]
@@ -120,9 +121,12 @@ name = "torch"
 version = "2.13.0"
 source = { registry = "https://pypi.org/simple" }
 wheels = [
-    { url = "https://files/torch-2.13.0-cp311-none-any.whl", hash = "sha256:%s" },
+    { url = "https://files/torch-2.13.0-cp311-none-any.whl", hash = "sha256:HASH_E" },
 ]
-""" % ("c" * 64, "d" * 64, "e" * 64)
+""".replace("HASH_C", "c" * 64)
+    .replace("HASH_D", "d" * 64)
+    .replace("HASH_E", "e" * 64)
+)
 
 NEW = [("https://files/transformers-5.24.0-py3-none-any.whl", "f" * 64)]
 
