@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from ..share.statement import TEST_RESULT
-from . import Fanout, WatchJob, issue_script, quote
+from . import Fanout, WatchJob, issue_script, propose_step, quote
 
 #: Sets the step output `available` to whether the job can mint an OIDC token (GitHub sets this variable only then).
 OIDC_CHECK = (
@@ -124,12 +124,12 @@ def watch_workflow(job: WatchJob) -> dict[str, Any]:
         },
         {"name": "fail on a regression", "if": "steps.watch.outputs.status == '1'", "run": "exit 1"},
     ]
-    return {
+    return propose_step.with_pull_request(job, {
         "name": f"envmatrix watch {job.profile}",
         "on": {"schedule": [{"cron": job.schedule}], "workflow_dispatch": None},
         "permissions": {"contents": "read", "issues": "write"},
         "jobs": {"watch": {"runs-on": list(job.target.labels), "timeout-minutes": 720, "steps": steps}},
-    }
+    })  # fmt: skip
 
 
 def render_watch(job: WatchJob) -> str:
