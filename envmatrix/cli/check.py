@@ -19,9 +19,6 @@ class NoRecords(EnvmatrixError):
     exit_code = 3
 
 
-FORMATS = ("text", "json", "sarif")
-
-
 def add_parser(sub: options.Subparsers) -> None:
     p = sub.add_parser("check", help="answer a stack from kept records, before a run: known bad, vetted, declared incompatible, never run")
     source = p.add_mutually_exclusive_group(required=True)
@@ -30,7 +27,7 @@ def add_parser(sub: options.Subparsers) -> None:
     options.GPU.add(p, note="the records' only GPU type, else this host's")
     options.RESULTS.add(p)
     options.TRUST.add(p)
-    p.add_argument("--format", default="text", choices=FORMATS, help="text, json, or sarif (SARIF 2.1.0 for code scanning) (default: text)")
+    options.add_format(p, extra={"sarif": "SARIF 2.1.0, for code scanning to annotate the line that pins a bad release"})
     p.add_argument("--output", metavar="FILE", type=Path, help="write the answer to FILE instead of standard output (a SARIF upload)")
     p.set_defaults(func=handle)
 
