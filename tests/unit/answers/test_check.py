@@ -111,3 +111,9 @@ def test_no_records_is_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "no records" in capsys.readouterr().err
     results = cpu_results(tmp_path / "results")
     assert main(["check", str(tmp_path / "r.txt"), "--results", str(results), "--gpu", "H20"]) == 3
+
+
+def test_a_package_the_stack_pins_and_a_cell_lacks_is_not_that_cell(tmp_path: Path) -> None:
+    a = check(tmp_path, "torch==2.13.0+cpu\ntransformers==5.23.0\ntrl==1.16.0\ndeepspeed==0.18.4\npeft==0.15.2\n")
+    assert {v.env for v in a.vetted} == {"cpu-torch2.13.0-tf5.23.0-fanone-deepspeed0.18.4-trl1.16.0-cpu-py3.11"}
+    assert any(n.endswith("peft 0.15.2 is no axis of the records on cpu: not compared (its releases were never varied)") for n in a.notes)
