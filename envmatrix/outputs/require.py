@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 from ..errors import InputError, printable
 from ..facts.pkgconstraints import VLLM_DISTRIBUTION
 from ..records.record import CellInfo, Record
+from .findings import sort_values
 from .vetting import Standing, best, newest, standings
 
 
@@ -113,19 +114,24 @@ def suggestion(records: list[Record], gpu: str, reqs: list[Requirement]) -> str:
         return f"No environment is vetted on {gpu} yet: run the matrix there first."
     fewest = min(len(unmet(s.cell, reqs, gpu)) for s in vetted)
     near = newest([s for s in vetted if len(unmet(s.cell, reqs, gpu)) == fewest]) or vetted[0]
-    moves = []
-    tried = {axis(r, gpu): sorted({value(rec.cell, axis(r, gpu)) for rec in records if rec.cell.gpu == gpu} - {"none"}) for r in reqs}
+    moves, said = [], []
+    values = {**near.cell.axes(), **dict(near.cell.packages)}
+    ran = [{**s.cell.axes(), **dict(s.cell.packages)} for s in standings(records) if s.gpu == gpu]
     for req in reqs:
         name = axis(req, gpu)
         if satisfied(req, value(near.cell, name)):
             continue
-        seen = [v for v in tried[name] if satisfied(req, v)]
-        release = seen[-1] if seen else f"<a release of {req.name} matching '{req.specifier}'>"
-        where = "" if name in near.cell.axes() else "packages: "
-        moves.append(f'{where}{name}: ["{release}"]')
+        seen = [v for v in sort_values(value(rec.cell, name) for rec in records if rec.cell.gpu == gpu) if v != "none" and satisfied(req, v)]
+        # a release that already ran beside the nearest's other axes is answered (not vetted there): name another
+        fresh = [v for v in seen if not any(all(r.get(k, "none") == x for k, x in {**values, name: v}.items() if k != "gpu") for r in ran)]
+        release = fresh[-1] if fresh else f"<a release of {req.name} matching '{req.specifier}'>"
+        said += [f"{name} {v} ran there and is not vetted" for v in seen if v not in fresh]
+        values[name] = release
+        moves.append(f'{"" if name in near.cell.axes() else "packages: "}{name}: ["{release}"]')
     if not moves:
         return f"Nearest vetted: {near.env} satisfies them; name a workload it is vetted for ({', '.join(near.scenarios)}) with --scenario."
     return (
         f"Nearest vetted: {near.env}. The run that would answer: a profile on {gpu} with its axes and {'; '.join(moves)} "
         f"(matrix.yaml lines), then envmatrix plan --profile <that profile> and envmatrix run --profile <that profile>"
+        + (f" ({'; '.join(said)})" if said else "")
     )

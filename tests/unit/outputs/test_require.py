@@ -29,7 +29,7 @@ def test_a_refusal_says_which_requirement_rules_out_which_candidate() -> None:
     line = next(x for x in text.splitlines() if x.strip().startswith("trl<1 rules out"))
     assert "cpu-torch2.13.0-tf5.23.0-fanone-trl1.16.0-cpu-py3.11" in line and "tf5.23.0-fanone-trl0.19.1" not in line
     assert "cpu-torch2.13.0-tf5.23.0-fanone-trl0.19.1-cpu-py3.11 satisfies them, but: no healthy scenario was ok here" in text
-    assert "The run that would answer" in text
+    assert 'packages: trl: ["0.18.2"]' in text and "(trl 0.19.1 ran there and is not vetted)" in text, "a run already answered is not suggested again"
 
 
 def test_a_missing_package_never_satisfies_a_requirement_on_it() -> None:
