@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from .. import __version__
 from ..answers.check import Answer
@@ -40,7 +41,7 @@ def location(where: str, root: Path | None = None) -> dict[str, Any] | None:
         rel = os.path.relpath(path.resolve(), base.resolve()) if path.is_absolute() or path.exists() else str(path)
     except ValueError:
         rel = str(path)
-    uri = Path(rel).as_posix()
+    uri = quote(Path(rel).as_posix(), safe="/")  # a URI reference: a space or a '#' in a file name is escaped
     return {"physicalLocation": {"artifactLocation": {"uri": uri}, "region": {"startLine": int(found.group("line"))}}}
 
 

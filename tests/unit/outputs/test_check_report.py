@@ -50,8 +50,9 @@ def test_a_known_bad_result_points_at_the_pinning_line(tmp_path: Path) -> None:
     assert "zero3 (cpu): engine_error on deepspeed 0.15.4" in result["message"]["text"]
 
 
-def test_a_location_needs_a_line() -> None:
+def test_a_location_needs_a_line_and_is_a_uri_reference() -> None:
     assert location("/usr/bin/python3") is None
+    assert location("my reqs#1.txt:3", Path.cwd()) == {"physicalLocation": {"artifactLocation": {"uri": "my%20reqs%231.txt"}, "region": {"startLine": 3}}}
     assert location("a/b.txt:7 (a constraint)", Path.cwd()) == {"physicalLocation": {"artifactLocation": {"uri": "a/b.txt"}, "region": {"startLine": 7}}}
 
 
