@@ -60,8 +60,6 @@ def handle(args: argparse.Namespace) -> int:
         file_target(args.output, "--output")  # a folder or a device is refused before anything is read
     stack = read_stack(Path(args.file)) if args.file is not None else read_interpreter(args.current or None)
     merged = gather(options.results_folders(args.results), load_trusted(args.trust), warn)
-    for problem in merged.problems:
-        warn(problem)
     records = merged.records
     for row in merged.apart:
         warn(f"not counted: {row.record.id}: {row.provenance.text()}")
