@@ -60,6 +60,14 @@ class Want:
             return value != "none" and _contains(self.spec, value)
         return value == "none"
 
+    def takes(self, value: str, installed: str) -> bool:
+        """Whether the stack takes a cell's axis: a pin or a range is compared with what was installed there (a package
+        the cell's axis left at `none` may still have come as a dependency: its freeze says), an unnamed package only
+        with a cell that did not pin it either."""
+        if self.exact is not None or self.spec is not None:
+            return self.accepts(installed)
+        return self.accepts(value)
+
     @property
     def named(self) -> bool:
         """The stack names this axis (a pin or a range), so a finding on it is the stack's own."""
@@ -94,15 +102,38 @@ class Wants:
     def want(self, axis: str) -> Want:
         return self.axes.get(axis) or Want(axis, anything=True)
 
-    def differ(self, values: Mapping[str, str]) -> list[str]:
+    def differ(self, values: Mapping[str, str], installed: Mapping[str, str] | None = None) -> list[str]:
         """The axes whose value the stack does not take (empty: the stack is this cell's environment)."""
         axes = dict.fromkeys([*values, *self.axes])  # a package axis a cell lacks is not installed there
-        return [axis for axis in axes if axis != "gpu" and not self.want(axis).accepts(values.get(axis, "none"))]
+        have = installed or values
+        return [a for a in axes if a != "gpu" and not self.want(a).takes(values.get(a, "none"), have.get(a, values.get(a, "none")))]
 
 
 def cell_values(cell: CellInfo) -> dict[str, str]:
     """Every axis of a cell: its environment axes and its package axes."""
     return {**cell.axes(), **dict(cell.packages)}
+
+
+def installed(record: Record) -> dict[str, str]:
+    """A record's axes as installed: a package axis left at `none` takes the release its freeze holds (peft brings
+    accelerate), the rest as the cell says."""
+    values = cell_values(record.cell)
+    pins = dict(line.split("==", 1) for line in (record.build.pins() if record.build else ()))
+    frozen = {canonicalize_name(name.split("[")[0]): version for name, version in pins.items()}
+    return {a: frozen.get(canonicalize_name(a), v) if a in record.cell.packages and v == "none" else v for a, v in values.items()}
+
+
+def _by_env(records: list[Record]) -> dict[str, Record]:
+    """One record per environment, one with a freeze where there is one."""
+    out: dict[str, Record] = {}
+    for r in records:
+        if r.env not in out or (not _frozen(out[r.env]) and _frozen(r)):
+            out[r.env] = r
+    return out
+
+
+def _frozen(record: Record) -> bool:
+    return bool(record.build and record.build.pins())
 
 
 def _stack_key(stack: Stack, axis: str) -> str:
@@ -320,14 +351,15 @@ def _span_ends(finding: Finding, failing: Record) -> tuple[str, str]:
 def _covers(finding: Finding, failing: Record, group: list[Record], w: Wants) -> bool:
     """The finding covers the stack through this failing cell: the stack takes the cell's values on the explaining axes,
     and on every other axis one of the values the finding's cells tried (the finding says nothing beyond them)."""
-    mine = cell_values(failing.cell)
-    if any(not w.want(a).accepts(mine.get(a, "none")) for a in finding.axes):
+    mine, got = cell_values(failing.cell), installed(failing)
+    if any(not w.want(a).takes(mine.get(a, "none"), got.get(a, "none")) for a in finding.axes):
         return False
-    tried: dict[str, set[str]] = defaultdict(set)
+    tried: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for r in group:
+        have = installed(r)
         for a, v in cell_values(r.cell).items():
-            tried[a].add(v)
-    return all(any(w.want(a).accepts(v) for v in values) for a, values in tried.items() if a not in finding.axes and a != "gpu")
+            tried[a].add((v, have.get(a, v)))
+    return all(any(w.want(a).takes(*pair) for pair in pairs) for a, pairs in tried.items() if a not in finding.axes and a != "gpu")
 
 
 def known_bad(records: list[Record], w: Wants, signed: Signed) -> tuple[list[KnownBad], list[str]]:
@@ -376,8 +408,9 @@ def _specific(w: Wants) -> tuple[str, ...]:
 def vetted(records: list[Record], w: Wants, signed: Signed) -> list[Vetted]:
     """The environments that ran on the GPU type whose every axis the stack takes (vetted or not, with why)."""
     out = []
+    one = _by_env(records)
     for s in standings([r for r in records if r.cell.gpu == w.gpu]):
-        if w.differ(cell_values(s.cell)):
+        if w.differ(cell_values(s.cell), installed(one[s.env])):
             continue
         cells = [r.id for r in records if r.env == s.env]
         signers = sorted({signed(c) for c in cells})
@@ -385,15 +418,15 @@ def vetted(records: list[Record], w: Wants, signed: Signed) -> list[Vetted]:
     return out
 
 
-def _distance(w: Wants, s: Standing) -> tuple[int, tuple[int, ...], str]:
+def _distance(w: Wants, s: Standing, have: Mapping[str, str]) -> tuple[int, tuple[int, ...], str]:
     """How far an environment is from the stack: axes that differ, then how far apart their releases are."""
     values = cell_values(s.cell)
-    differ = w.differ(values)
+    differ = w.differ(values, have)
     gaps = []
     for axis in differ:
         want = w.want(axis)
-        if want.exact is not None and version_order(want.exact)[0] == 0 and version_order(values.get(axis, "none"))[0] == 0:
-            gaps.append(_gap(want.exact, values.get(axis, "none")))
+        if want.exact is not None and version_order(want.exact)[0] == 0 and version_order(have.get(axis, "none"))[0] == 0:
+            gaps.append(_gap(want.exact, have.get(axis, "none")))
         else:
             gaps.append(10**9)
     return len(differ), tuple(sorted(gaps)), s.env
@@ -407,11 +440,12 @@ def _gap(a: str, b: str) -> int:
 
 def nearest(records: list[Record], w: Wants, limit: int = NEAREST) -> list[Near]:
     """The environments that ran on the GPU type closest to the stack, vetted ones first among equals."""
-    ranked = sorted(standings([r for r in records if r.cell.gpu == w.gpu]), key=lambda s: (_distance(w, s)[:2], not s.vetted, s.env))
+    one = _by_env(records)
+    ranked = sorted(standings([r for r in records if r.cell.gpu == w.gpu]), key=lambda s: (_distance(w, s, installed(one[s.env]))[:2], not s.vetted, s.env))
     out = []
     for s in ranked[:limit]:
-        values = cell_values(s.cell)
-        differs = tuple(f"{a} {values.get(a, 'none')} (yours: {w.want(a).text.removeprefix(a).strip(': ')})" for a in w.differ(values))
+        values, have = cell_values(s.cell), installed(one[s.env])
+        differs = tuple(f"{a} {have.get(a, 'none')} (yours: {w.want(a).text.removeprefix(a).strip(': ')})" for a in w.differ(values, have))
         out.append(Near(s.env, differs, s.vetted, s.scenarios, s.fails))
     return out
 

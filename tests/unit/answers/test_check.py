@@ -117,3 +117,12 @@ def test_a_package_the_stack_pins_and_a_cell_lacks_is_not_that_cell(tmp_path: Pa
     a = check(tmp_path, "torch==2.13.0+cpu\ntransformers==5.23.0\ntrl==1.16.0\ndeepspeed==0.18.4\npeft==0.15.2\n")
     assert {v.env for v in a.vetted} == {"cpu-torch2.13.0-tf5.23.0-fanone-deepspeed0.18.4-trl1.16.0-cpu-py3.11"}
     assert any(n.endswith("peft 0.15.2 is no axis of the records on cpu: not compared (its releases were never varied)") for n in a.notes)
+
+
+def test_a_dependency_the_cell_did_not_pin_is_compared_with_what_its_freeze_installed(tmp_path: Path) -> None:
+    # accelerate is `none` on the axis of cpu-torch2.13.0-tf4.57.6-fanone-cpu-py3.11, but peft brought 1.15.0 there
+    a = check(tmp_path, "torch==2.13.0+cpu\ntransformers==4.57.6\naccelerate==1.15.0\n")
+    assert "cpu-torch2.13.0-tf4.57.6-fanone-cpu-py3.11" in {v.env for v in a.vetted if v.vetted}
+    assert {k.scenario for k in a.known_bad} >= {"frozen-emb-reentrant"} and a.exit_code() == 1
+    other = check(tmp_path, "torch==2.13.0+cpu\ntransformers==4.57.6\naccelerate==1.3.0\n")
+    assert "cpu-torch2.13.0-tf4.57.6-fanone-cpu-py3.11" not in {v.env for v in other.vetted}
