@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..facts import catalog, pkgconstraints
 from ..outputs.findings import Finding, find, sort_values, version_order
+from ..outputs.require import by_env, installed
 from ..outputs.vetting import Standing, failing_everywhere, standings
 from ..plan.cells import Environment
 from ..records.outcomes import Outcome
@@ -112,28 +113,6 @@ class Wants:
 def cell_values(cell: CellInfo) -> dict[str, str]:
     """Every axis of a cell: its environment axes and its package axes."""
     return {**cell.axes(), **dict(cell.packages)}
-
-
-def installed(record: Record) -> dict[str, str]:
-    """A record's axes as installed: a package axis left at `none` takes the release its freeze holds (peft brings
-    accelerate), the rest as the cell says."""
-    values = cell_values(record.cell)
-    pins = dict(line.split("==", 1) for line in (record.build.pins() if record.build else ()))
-    frozen = {canonicalize_name(name.split("[")[0]): version for name, version in pins.items()}
-    return {a: frozen.get(canonicalize_name(a), v) if a in record.cell.packages and v == "none" else v for a, v in values.items()}
-
-
-def _by_env(records: list[Record]) -> dict[str, Record]:
-    """One record per environment, one with a freeze where there is one."""
-    out: dict[str, Record] = {}
-    for r in records:
-        if r.env not in out or (not _frozen(out[r.env]) and _frozen(r)):
-            out[r.env] = r
-    return out
-
-
-def _frozen(record: Record) -> bool:
-    return bool(record.build and record.build.pins())
 
 
 def _stack_key(stack: Stack, axis: str) -> str:
@@ -408,9 +387,9 @@ def _specific(w: Wants) -> tuple[str, ...]:
 def vetted(records: list[Record], w: Wants, signed: Signed) -> list[Vetted]:
     """The environments that ran on the GPU type whose every axis the stack takes (vetted or not, with why)."""
     out = []
-    one = _by_env(records)
+    one = by_env(records)
     for s in standings([r for r in records if r.cell.gpu == w.gpu]):
-        if w.differ(cell_values(s.cell), installed(one[s.env])):
+        if w.differ(cell_values(s.cell), one[s.env]):
             continue
         cells = [r.id for r in records if r.env == s.env]
         signers = sorted({signed(c) for c in cells})
@@ -440,11 +419,11 @@ def _gap(a: str, b: str) -> int:
 
 def nearest(records: list[Record], w: Wants, limit: int = NEAREST) -> list[Near]:
     """The environments that ran on the GPU type closest to the stack, vetted ones first among equals."""
-    one = _by_env(records)
-    ranked = sorted(standings([r for r in records if r.cell.gpu == w.gpu]), key=lambda s: (_distance(w, s, installed(one[s.env]))[:2], not s.vetted, s.env))
+    one = by_env(records)
+    ranked = sorted(standings([r for r in records if r.cell.gpu == w.gpu]), key=lambda s: (_distance(w, s, one[s.env])[:2], not s.vetted, s.env))
     out = []
     for s in ranked[:limit]:
-        values, have = cell_values(s.cell), installed(one[s.env])
+        values, have = cell_values(s.cell), one[s.env]
         differs = tuple(f"{a} {have.get(a, 'none')} (yours: {w.want(a).text.removeprefix(a).strip(': ')})" for a in w.differ(values, have))
         out.append(Near(s.env, differs, s.vetted, s.scenarios, s.fails))
     return out

