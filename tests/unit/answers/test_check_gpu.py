@@ -8,7 +8,7 @@ from pathlib import Path
 
 from records_factory import make_record
 
-from envmatrix.answers.check import answer
+from envmatrix.answers.check import Answer, answer
 from envmatrix.outputs.check_report import sarif
 from envmatrix.records.record import Record
 from envmatrix.stack import read_stack
@@ -27,7 +27,7 @@ def records() -> list[Record]:
     return out
 
 
-def ask(tmp_path: Path, text: str, name: str = "requirements.txt", gpu: str = "H20") -> tuple[object, Path]:
+def ask(tmp_path: Path, text: str, name: str = "requirements.txt", gpu: str = "H20") -> tuple[Answer, Path]:
     path = tmp_path / name
     path.write_text(text)
     return answer(read_stack(path), records(), gpu, {}, "3.11"), path
@@ -35,16 +35,16 @@ def ask(tmp_path: Path, text: str, name: str = "requirements.txt", gpu: str = "H
 
 def test_a_flash_attn_pin_a_finding_covers(tmp_path: Path) -> None:
     a, path = ask(tmp_path, "torch==2.8.0+cu128\ntransformers==4.57.6\nflash-attn==2.7.4.post1\n")
-    [bad] = a.known_bad  # type: ignore[attr-defined]
+    [bad] = a.known_bad
     assert bad.axes == ("flash_attn",) and bad.fixed_in == "flash_attn 2.8.3" and bad.where == (f"{path}:3",)
-    assert sarif(a, root=tmp_path)["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]["startLine"] == 3  # type: ignore[arg-type]
+    assert sarif(a, root=tmp_path)["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]["startLine"] == 3
 
 
 def test_another_cuda_build_is_not_that_environment(tmp_path: Path) -> None:
     a, _ = ask(tmp_path, "torch==2.8.0+cu126\ntransformers==4.57.6\nflash-attn==2.8.3\n")
-    assert not a.vetted and a.nearest[0].differs == ("cuda 12.8 (yours: 12.6)",)  # type: ignore[attr-defined]
+    assert not a.vetted and a.nearest[0].differs == ("cuda 12.8 (yours: 12.6)",)
     b, _ = ask(tmp_path, "torch==2.8.0+cu128\ntransformers==4.57.6\nflash-attn==2.8.3\n")
-    assert [v.env for v in b.vetted if v.vetted] == ["cu128-torch2.8.0-tf4.57.6-fa2.8.3-h20-py3.11"] and b.exit_code() == 0  # type: ignore[attr-defined]
+    assert [v.env for v in b.vetted if v.vetted] == ["cu128-torch2.8.0-tf4.57.6-fa2.8.3-h20-py3.11"] and b.exit_code() == 0
 
 
 def test_a_uv_lock_and_a_stack_without_torch(tmp_path: Path) -> None:
@@ -54,14 +54,14 @@ def test_a_uv_lock_and_a_stack_without_torch(tmp_path: Path) -> None:
         'source = { registry = "https://pypi.org/simple" }\n'
     )
     a, path = ask(tmp_path, lock, "uv.lock")
-    [bad] = a.known_bad  # type: ignore[attr-defined]
+    [bad] = a.known_bad
     assert bad.where == (f"{path}:9",)  # the [[package]] table that locks it
-    assert any("does not pin torch" in n for n in a.notes)  # type: ignore[attr-defined]
+    assert any("does not pin torch" in n for n in a.notes)
 
 
 def test_the_catalog_knows_a_flash_attn_without_a_wheel_for_that_torch(tmp_path: Path) -> None:
     a, _ = ask(tmp_path, "torch==2.8.0+cu128\ntransformers==4.57.6\nflash-attn==2.6.3\n")
-    assert any(d.source == "catalog" and d.reason.startswith("flash-attn") and d.where.endswith(":3") for d in a.declared)  # type: ignore[attr-defined]
+    assert any(d.source == "catalog" and d.reason.startswith("flash-attn") and d.where.endswith(":3") for d in a.declared)
 
 
 def test_a_record_of_another_gpu_never_answers(tmp_path: Path) -> None:
