@@ -33,7 +33,7 @@ def provenance_line(merged: Merged) -> str:
     verified = sum(r.provenance.verified for r in counted)
     line = f"provenance: {verified} of {len(counted)} counted records verified against a trusted signer"
     if apart:
-        why = Counter(r.provenance.note or "not verified" for r in apart)
+        why = Counter(r.provenance.standing or r.provenance.note or "not verified" for r in apart)
         line += f"; shown apart, never vetted: {len(apart)} ({', '.join(f'{k} {n}' for k, n in sorted(why.items()))})"
     return line
 
