@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..outputs.lock import write_lock
+from ..outputs.sinks import terminal
 from ..share.keys import load_trusted
 from ..share.merge import gather
 from . import options
@@ -53,8 +54,12 @@ def handle(args: argparse.Namespace) -> int:
         provenance=merged.provenance(),
     )
     vetted = json.loads((folder / "sources.json").read_text())["environment"]
-    print(f"{vetted['env']}: vetted for {', '.join(vetted['scenarios'])}; controls {vetted['controls']}/{vetted['controls_ran']} reproduced")
+    print(terminal(f"{vetted['env']}: vetted for {', '.join(vetted['scenarios'])}; controls {vetted['controls']}/{vetted['controls_ran']} reproduced"))
     if merged.trusted:
-        print(f"stands on records verified against {len(merged.trusted)} trusted signer(s); attestation digests in {folder}/pylock.toml [tool.envmatrix]")
-    print(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json")
+        print(
+            terminal(
+                f"stands on records verified against {len(merged.trusted)} trusted signer(s); attestation digests in {folder}/pylock.toml [tool.envmatrix]"
+            )
+        )
+    print(terminal(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json"))
     return 0
