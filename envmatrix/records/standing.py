@@ -13,8 +13,10 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from .provenance import Sourced
+if TYPE_CHECKING:  # provenance.Merged calls this module: no import back at run time
+    from .provenance import Sourced
 
 _OLDEST = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
 
@@ -44,7 +46,7 @@ def _said(row: Sourced) -> str:
 
 
 def _apart(row: Sourced, standing: str, note: str) -> Sourced:
-    return Sourced(row.record, replace(row.provenance, standing=standing, note=note))
+    return type(row)(row.record, replace(row.provenance, standing=standing, note=note))
 
 
 def standing(rows: Iterable[Sourced]) -> tuple[list[Sourced], list[Sourced]]:
