@@ -92,6 +92,9 @@ def read_interpreter(python: str | None = None) -> Stack:
     if python is not None and not Path(python).is_file():
         raise InputError(f"--current {python}: no such interpreter; give the path of a python executable (e.g. .envmatrix/venvs/<build>/bin/python)")
     out, err, code = _ask(exe)
+    if code != 0 and not out.strip():
+        said = printable(err.decode(errors="replace").strip()[-300:])
+        raise BackendError(f"{exe}: did not answer with its distributions (exit {code}): {said or 'no output'}")
     try:
         data = untrusted.parse_json(out, f"{exe}'s answer", ANSWER)
         dists = data["dists"]
@@ -100,8 +103,8 @@ def read_interpreter(python: str | None = None) -> Stack:
             raise TypeError
         if not re.fullmatch(r"3\.\d{1,3}", py):
             raise TypeError
-    except untrusted.Refused as exc:
-        raise BackendError(f"{exe}: did not answer with its distributions: {exc}") from None
+    except untrusted.Refused as exc:  # an answer beyond the reader's bounds is bad input, as a file would be
+        raise InputError(f"{exe}: did not answer with a list of its distributions: {exc}") from None
     except (KeyError, TypeError):
         said = printable(err.decode(errors="replace").strip()[-300:])
         raise BackendError(f"{exe}: did not answer with its distributions (exit {code}): {said or 'no output'}") from None
