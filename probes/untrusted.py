@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import unicodedata
 from dataclasses import dataclass
@@ -225,6 +226,10 @@ def read_json(path: Path, kind: Kind) -> Any:
 #: The longest key (one part of a dotted key or header) a TOML file envmatrix reads may have: package names are at
 #: most some tens of characters; tomllib's time grows with a long dotted header.
 MAX_TOML_KEY_CHARS = 1024
+_TOML_PLAIN = re.compile(r"[^\"'#\n\[\]{},0-9]+")  # value text that opens, closes and counts nothing
+_TOML_BARE = re.compile(r"[A-Za-z0-9_-]+")  # a bare key part
+_TOML_DIGITS = re.compile(r"[0-9][0-9_]*")
+_TOML_HEADER_PART = re.compile(r"[^.\]\"'\n]+")
 
 
 def toml_problem(text: str, where: Path | str, kind: Kind) -> None:
@@ -256,6 +261,28 @@ def toml_problem(text: str, where: Path | str, kind: Kind) -> None:
             raise refuse(f"a key of {length:,} characters or more; {kind.what} has none longer than {MAX_TOML_KEY_CHARS}")
 
     while i < n:
+        if not in_key and not header:  # a value: skip what cannot open, close or count anything in one step
+            plain = _TOML_PLAIN.match(text, i)
+            if plain:
+                i = plain.end()
+                digits = 0
+                if i >= n:
+                    break
+        elif in_key and not header:
+            bare = _TOML_BARE.match(text, i)
+            if bare:
+                long_key(bare.end() - i)
+                parts = max(parts, 1)
+                key_start, i = -2, bare.end()  # -2: a bare key part was read
+                if i >= n:
+                    break
+        else:
+            part = _TOML_HEADER_PART.match(text, i)
+            if part:
+                long_key(part.end() - key_start)
+                i = part.end()
+                if i >= n:
+                    break
         ch = text[i]
         if ch in "\"'":
             quote = ch * 3 if text.startswith(ch * 3, i) else ch
@@ -334,10 +361,12 @@ def toml_problem(text: str, where: Path | str, kind: Kind) -> None:
         elif ch == "," and opened and opened[-1] == "{":
             in_key, parts, key_start = True, 0, -1
         elif ch.isdigit():
-            digits += 1
+            run = _TOML_DIGITS.match(text, i)
+            assert run is not None
+            digits += sum(c != "_" for c in run.group())
             if digits > kind.max_digits:
                 raise refuse(f"a number of more than {kind.max_digits} digits; {kind.what} holds none so long")
-            i += 1
+            i = run.end()
             continue
         if ch != "_":
             digits = 0
