@@ -9,6 +9,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..outputs.lock import write_lock
 from ..outputs.require import parse as parse_requires
+from ..outputs.sinks import terminal
 from ..share.keys import load_trusted
 from ..share.merge import gather
 from . import options
@@ -65,9 +66,13 @@ def handle(args: argparse.Namespace) -> int:
     )
     vetted = json.loads((folder / "sources.json").read_text())["environment"]
     if args.require:
-        print(f"{vetted['env']} satisfies {', '.join(args.require)}")
-    print(f"{vetted['env']}: vetted for {', '.join(vetted['scenarios'])}; controls {vetted['controls']}/{vetted['controls_ran']} reproduced")
+        print(terminal(f"{vetted['env']} satisfies {', '.join(args.require)}"))
+    print(terminal(f"{vetted['env']}: vetted for {', '.join(vetted['scenarios'])}; controls {vetted['controls']}/{vetted['controls_ran']} reproduced"))
     if merged.trusted:
-        print(f"stands on records verified against {len(merged.trusted)} trusted signer(s); attestation digests in {folder}/pylock.toml [tool.envmatrix]")
-    print(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json")
+        print(
+            terminal(
+                f"stands on records verified against {len(merged.trusted)} trusted signer(s); attestation digests in {folder}/pylock.toml [tool.envmatrix]"
+            )
+        )
+    print(terminal(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json"))
     return 0

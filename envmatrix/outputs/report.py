@@ -236,7 +236,7 @@ def write_merged(merged: Merged, out: Path, previous: list[Record] | None = None
     frame = results_frame([row.record for row in rows], [row.provenance for row in rows])
     paths = report_paths(out)
     flat = frame.drop(columns="provenance")
-    for column in ("verified", "signer", "source"):
+    for column in ("verified", "signer", "source", "standing"):
         flat[column] = [getattr(row.provenance, column) for row in rows]
     locks_dir = out / "locks"
     locks = {p.name: str(p.relative_to(out)) for p in sorted(locks_dir.iterdir())} if locks_dir.is_dir() else {}

@@ -50,8 +50,7 @@ def md_code(text: str) -> str:
     flat = " ".join(printable(text).split()).replace("|", "\\|")
     longest = max((len(m) for m in re.findall(r"`+", flat)), default=0)
     fence = "`" * (longest + 1)
-    pad = " " if flat.startswith("`") or flat.endswith("`") or not flat else ""
-    return f"{fence}{pad}{flat}{pad}{fence}"
+    return f"{fence} {flat} {fence}"  # CommonMark strips one space each side: a backtick at an end stays inside
 
 
 def csv_cell(value: Any) -> Any:
@@ -63,10 +62,12 @@ def csv_cell(value: Any) -> Any:
 
 def csv_text(frame: pd.DataFrame) -> str:
     """A table as CSV with every text cell through `csv_cell` (numeric columns are left numbers)."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
     safe = frame.copy()
     for column in safe.columns:
-        if safe[column].dtype == object:
-            safe[column] = safe[column].map(csv_cell)
+        if not (is_numeric_dtype(safe[column]) or is_bool_dtype(safe[column])):
+            safe[column] = safe[column].map(csv_cell, na_action="ignore")
     safe.columns = [csv_cell(str(c)) for c in safe.columns]
     text: str = safe.to_csv(index=False)
     return text

@@ -88,11 +88,16 @@ def write_file(path: Path, data: bytes | str, what: str = "the output") -> Path:
     return real
 
 
+def check_files(paths: list[Path], what: str = "the output") -> None:
+    """`file_target` for each path: OutputError for the first that would be refused (call before the work)."""
+    for path in paths:
+        file_target(path, what)
+
+
 def write_files(files: list[tuple[Path, bytes | str]], what: str = "the output") -> list[Path]:
     """Several files of one answer (a report's table, CSV, JSON): every path checked before any is written, so a
     refused one leaves all of them as they were; then each written by `write_file`."""
-    for path, _ in files:
-        file_target(path, what)
+    check_files([path for path, _ in files], what)
     return [write_file(path, data, what) for path, data in files]
 
 

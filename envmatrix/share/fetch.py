@@ -129,10 +129,14 @@ def redirect_refusal(source: str, target: str, named: Iterable[str] = (), resolv
     scheme, host, port = _origin(source)
     t_scheme, t_host, t_port = _origin(target)
     same = t_host == host and (t_scheme, t_port) in ((scheme, port), ("https", 443))
-    if not same and t_host not in {h.lower() for h in named}:
-        return f"another host ({t_host}) than the site's and those you named; name it with --results if you trust it"
     if same:
         return None
+    there, here = place(t_host, resolve), place(host, resolve)
+    if there != "public" and there != here:
+        return f"a {there} address ({t_host}), where the site itself is not: a redirect may not reach inside this network"
+    if t_host not in {h.lower().strip("[]") for h in named}:
+        return f"another host ({t_host}) than the site's and those you named; name it with --results if you trust it"
+    return None
     there, here = place(t_host, resolve), place(host, resolve)
     if there != "public" and there != here:
         return f"a {there} address ({t_host}), where the site itself is not: a redirect may not reach inside this network"

@@ -130,13 +130,19 @@ class _Reader:
     def provenance(self, entry: Entry, raw: bytes, where: str) -> Provenance:
         source = self.site.source
         if entry.attestation is None:
+            if self.site_key is not None:  # a signed site serving one record unsigned: said, not only kept apart
+                self.warn(f"{where}: not signed, on a site that signs its records (added after publishing?); not verified")
             return Provenance(source, note="not signed")
         at = self.site.where(entry.attestation)
         try:
             blob = self.site.get(entry.attestation, self.limits.envelope_bytes, "an attestation")
-            envelope = dsse.parse(_json(blob, at), at)
         except SiteExhausted:
             raise
+        except SiteError as exc:  # beyond a bound, missing, too slow: a problem of the site (exit 2), not only a warning
+            self.problem(f"{where}: not verified: {exc}")
+            return Provenance(source, note="attestation unreadable")
+        try:
+            envelope = dsse.parse(_json(blob, at), at)
         except InputError as exc:
             self.warn(f"{where}: not verified: {exc}")
             return Provenance(source, note="attestation unreadable")
