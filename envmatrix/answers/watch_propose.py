@@ -18,6 +18,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from ..errors import printable
+from ..outputs.sinks import md_code, md_text, terminal
 from ..records.outcomes import Outcome
 from .watch import Watch, healthy
 
@@ -103,22 +104,25 @@ def plan(w: Watch) -> Plan:
 
 
 def markdown(p: Plan, file: str, moved: dict[str, tuple[str, str]], left: list[str], diff: str) -> str:
-    """The proposal for a pull request's body (appended to the watch summary, which holds the evidence)."""
+    """The proposal for a pull request's body (appended to the watch summary, which holds the evidence). Every text goes
+    through the Markdown sinks (outputs/sinks.py); the diff is a fenced block no line of the file can close."""
     lines = ["## Proposed change", ""]
     if not moved:
-        lines.append(f"Nothing can be proposed for `{printable(file)}`." + (" " + " ".join(printable(n) for n in p.notes) if p.notes else ""))
+        lines.append(f"Nothing can be proposed for {md_code(file)}." + (" " + " ".join(md_text(n) for n in p.notes) if p.notes else ""))
+        lines += [f"- not moved: {md_text(x)}" for x in left]
         return "\n".join(lines) + "\n"
-    lines.append(f"`{printable(file)}` moved to the newest combination the runs support ({'it ran as a whole' if p.together else 'see the note'}):")
+    lines.append(f"{md_code(file)} moved to the newest combination the runs support ({'it ran as a whole' if p.together else 'see the note'}):")
     lines.append("")
     for m in p.moves:
         if m.distribution in moved or m.axis in moved:
             old, new = moved.get(m.distribution) or moved[m.axis]
-            lines.append(f"- {m.distribution}: {old} → {new} ({printable(m.why)})")
-    lines += [f"- not moved: {printable(x)}" for x in left]
-    lines += [f"- note: {printable(x)}" for x in p.notes]
-    longest = max((len(run) for run in re.findall(r"`+", diff)), default=0)
+            lines.append(f"- {md_text(m.distribution)}: {md_text(old)} → {md_text(new)} ({md_text(m.why)})")
+    lines += [f"- not moved: {md_text(x)}" for x in left]
+    lines += [f"- note: {md_text(x)}" for x in p.notes]
+    shown = terminal(diff.rstrip("\n"), keep_newlines=True)  # control bytes of the file shown, never acted on
+    longest = max((len(run) for run in re.findall(r"`+", shown)), default=0)
     fence = "`" * max(3, longest + 1)  # the file's own text cannot close the block
-    lines += ["", f"{fence}diff", diff.rstrip("\n"), fence, ""]
+    lines += ["", f"{fence}diff", shown, fence, ""]
     return "\n".join(lines) + "\n"
 
 

@@ -178,3 +178,12 @@ def test_json_says_the_proposal(tmp_path: Path, watched: tuple[Spec, object, Fak
     main(["watch", "--file", str(spec.path), "--reports", str(request.reports), "--venvs", str(request.venvs), "--format", "json", "--propose", str(req)])  # type: ignore[attr-defined]
     data = json.loads(capsys.readouterr().out)
     assert data["proposal"]["moved"]["trl"] == ["0.18.2", "1.16.0"] and data["proposal"]["proposed"].endswith("proposed/requirements.txt")
+
+
+def test_the_proposal_cannot_become_markup_or_drive_a_terminal() -> None:
+    from envmatrix.answers.watch_propose import Move, Plan, markdown
+
+    p = Plan([Move("trl", "0.18.2", "1.16.0", "[click](https://evil.example) <img src=x> @team")], together=True)
+    text = markdown(p, "req`s.txt", {"trl": ("0.18.2", "1.16.0")}, ["#12 **b**"], "-trl==0.18.2\n+trl==1.16.0 ``` \x1b[2J\n")
+    assert "\\[click\\](" in text and "\\<img" in text and "\\@team" in text and "\\*\\*b" in text  # escaped, so shown as text
+    assert "\x1b" not in text and "\n````diff\n" in text and text.rstrip().endswith("````")
