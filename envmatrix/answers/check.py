@@ -461,8 +461,33 @@ def declared(stack: Stack, w: Wants, python: str) -> list[Declared]:
     return out
 
 
-def answer(stack: Stack, records: list[Record], gpu: str, provenance: Mapping[str, Provenance], python: str) -> Answer:
-    """Everything check says of the stack on `gpu`, from the records and the fact tables."""
+def driver_reasons(stack: Stack, w: Wants, driver: str | None) -> list[Declared]:
+    """A CUDA build of torch that this host's NVIDIA driver is too old for (facts/catalog.py's minimum per CUDA major):
+    asked only of an interpreter on this host (`--current`), where the driver is the one it will run on."""
+    cuda, torch = w.want("cuda").exact, stack.pins.get("torch")
+    need = catalog.min_driver(cuda) if cuda else None
+    if not driver or need is None or torch is None:
+        return []
+    try:
+        old = Version(driver) < Version(need)
+    except InvalidVersion:
+        return []
+    return (
+        [
+            Declared(
+                f"torch {torch.version}+{torch.local} is a CUDA {cuda} build, which needs NVIDIA driver ≥ {need}; this host's is {driver}",
+                torch.where,
+                "catalog",
+            )
+        ]
+        if old
+        else []
+    )
+
+
+def answer(stack: Stack, records: list[Record], gpu: str, provenance: Mapping[str, Provenance], python: str, *, driver: str | None = None) -> Answer:
+    """Everything check says of the stack on `gpu`, from the records and the fact tables (with `driver`: this host's
+    NVIDIA driver, for an interpreter's stack)."""
     package_axes = {name for r in records if r.cell.gpu == gpu for name in r.cell.packages}
     w = wants(stack, gpu, package_axes)
     signed = signed_by(provenance)
@@ -470,7 +495,7 @@ def answer(stack: Stack, records: list[Record], gpu: str, provenance: Mapping[st
     out.stack_lines = {a: want.where for a, want in w.axes.items() if want.where}
     out.known_bad, out.notes = known_bad(records, w, signed)
     out.vetted = vetted(records, w, signed)
-    out.declared = declared(stack, w, python)
+    out.declared = declared(stack, w, python) + driver_reasons(stack, w, driver)
     if not any(v.vetted for v in out.vetted):
         out.nearest = nearest(records, w)
     for name in TRAINING_PACKAGES:

@@ -72,7 +72,12 @@ def handle(args: argparse.Namespace) -> int:
     gpu = _gpu(args, {r.cell.gpu for r in records})
     if not any(r.cell.gpu == gpu for r in records):
         raise NoRecords(f"no records on {gpu} (the records hold {', '.join(sorted({r.cell.gpu for r in records}))}); pass --gpu, or records of {gpu}")
-    found = answer(stack, records, gpu, merged.provenance(), f"{sys.version_info.major}.{sys.version_info.minor}")
+    driver = None
+    if args.file is None:  # an interpreter on this host runs on this host's driver
+        from ..host.gpus import detect_gpus
+
+        driver = detect_gpus().driver
+    found = answer(stack, records, gpu, merged.provenance(), f"{sys.version_info.major}.{sys.version_info.minor}", driver=driver)
     if merged.apart:  # said in the answer too: a CI log shows why a record someone published did not count
         found.notes.insert(0, f"{len(merged.apart)} record(s) not counted: not verified against a key you trust (--trust)")
     if args.format == "sarif":

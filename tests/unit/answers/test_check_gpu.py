@@ -70,3 +70,13 @@ def test_a_record_of_another_gpu_never_answers(tmp_path: Path) -> None:
     path.write_text("torch==2.8.0+cu128\ntransformers==4.57.6\nflash-attn==2.7.4.post1\n")
     a = answer(read_stack(path), moved, "H20", {}, "3.11")
     assert not a.known_bad and not a.vetted and a.records == 0
+
+
+def test_an_interpreter_on_a_host_whose_driver_is_too_old_for_its_cuda_build(tmp_path: Path) -> None:
+    path = tmp_path / "r.txt"
+    path.write_text("torch==2.8.0+cu128\ntransformers==4.57.6\nflash-attn==2.8.3\n")
+    stack = read_stack(path)
+    old = answer(stack, records(), "H20", {}, "3.11", driver="470.82.01")
+    assert [d.reason for d in old.declared] == ["torch 2.8.0+cu128 is a CUDA 12.8 build, which needs NVIDIA driver ≥ 525.60.13; this host's is 470.82.01"]
+    assert old.exit_code() == 1 and old.declared[0].where.endswith(":1")
+    assert not answer(stack, records(), "H20", {}, "3.11", driver="570.86.10").declared
