@@ -230,16 +230,20 @@ def _same_elsewhere(before: dict[str, Any], after: dict[str, Any], header: str, 
 
 def propose(path: Path, stack: Stack, moves: Mapping[str, str], lookup: Lookup) -> Proposed:
     """The file at `path` (read by stack/) with the moves applied in its own format."""
-    from . import _head
+    from . import _PYLOCK, _UV_LOCK, _head
     from .locks import load_toml
 
     name = path.name
-    if name == "uv.lock" or (name.endswith(".lock") and "[[package]]" in _head(path)):
-        _, text = load_toml(path, "uv.lock")
-        return lock(path, text, moves, lookup, uv=True)
-    if name.endswith(".toml"):
-        _, text = load_toml(path, "pylock.toml")
-        return lock(path, text, moves, lookup, uv=False)
+    # the kind as read_stack knows it: by name, else by what the first lines say (`team.pylock`, `uv-py312.lock`)
+    pylock = name == "pylock.toml" or (name.startswith("pylock.") and name.endswith(".toml"))
+    uv = name == "uv.lock"
+    if not (pylock or uv):
+        head = _head(path)
+        pylock = bool(_PYLOCK.search(head))
+        uv = not pylock and bool(_UV_LOCK.search(head))
+    if pylock or uv:
+        _, text = load_toml(path, "uv.lock" if uv else "pylock.toml")
+        return lock(path, text, moves, lookup, uv=uv)
     from .base import MAX_REQUIREMENTS_BYTES, read_bounded
 
     raw = read_bounded(path, MAX_REQUIREMENTS_BYTES, "requirements file")

@@ -187,3 +187,13 @@ def test_the_proposal_cannot_become_markup_or_drive_a_terminal() -> None:
     text = markdown(p, "req`s.txt", {"trl": ("0.18.2", "1.16.0")}, ["#12 **b**"], "-trl==0.18.2\n+trl==1.16.0 ``` \x1b[2J\n")
     assert "\\[click\\](" in text and "\\<img" in text and "\\@team" in text and "\\*\\*b" in text  # escaped, so shown as text
     assert "\x1b" not in text and "\n````diff\n" in text and text.rstrip().endswith("````")
+
+
+def test_a_lock_saved_under_another_name_is_known_by_its_first_lines(tmp_path: Path) -> None:
+    path = tmp_path / "team.pylock"
+    path.write_text(PYLOCK)
+    done = propose(path, read_stack(path), {"transformers": "5.24.0"}, lambda n, v: NEW)
+    assert done.moved == {"transformers": ("4.51.3", "5.24.0")} and tomllib.loads(done.text)["packages"][1]["version"] == "5.24.0"
+    uv = tmp_path / "uv-py311.lock"
+    uv.write_text(UV_LOCK)
+    assert propose(uv, read_stack(uv), {"torch": "2.14.0"}, lambda n, v: NEW).moved == {"torch": ("2.13.0", "2.14.0")}
