@@ -2,8 +2,10 @@
 status, wall seconds, peak resident memory of the whole process tree (wait4's ru_maxrss, as /usr/bin/time -v
 reports it) and the first line of the answer. Figures go to the output, never to assertions.
 
-    python bench/bench_hostile_inputs.py [--case NAME ...] [--where host|probe|all] [--full-size]
+    python bench/bench_hostile_inputs.py [--case NAME ...] [--where host|probe|all] [--full-size] [--readers | --readers-only]
 
+`--readers`: also the readers' cases of issue 42 (tests/hostile/reader_cases.py: locks, requirements, an
+interpreter's answer, matrix files, outputs), each through its real command; `--readers-only`: those alone.
 `--full-size`: also time the meta-device build of full-size configs (Llama 3 70B, Qwen3-30B-A3B, DeepSeek-V3)
 in this interpreter.
 """
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "hostile")]
 
 # the cases are the hostile tests' own fixtures (tests/ is not a package mypy checks)
+import reader_cases  # type: ignore[import-not-found]  # noqa: E402
 from model_cases import CASES, HOST, PROBE  # type: ignore[import-not-found]  # noqa: E402
 from user_models import LLAMA3_70B, QWEN3_30B_A3B, user_model  # type: ignore[import-not-found]  # noqa: E402
 
@@ -73,6 +76,30 @@ def preflight(folder: Path, work: Path) -> tuple[int, float, int, str]:
     return code, seconds, int(rss[-1]) if rss and rss[-1].isdigit() else -1, line
 
 
+def measured(cmd: list[str], work: Path, env: dict[str, str]) -> tuple[int, float, int, str]:
+    """(exit status, seconds, peak RSS KiB of the process tree, the first line it said) of `envmatrix ARGS`."""
+    start = time.monotonic()
+    with (work / ".out").open("wb") as out, (work / ".err").open("wb") as err:
+        code = subprocess.run([TIME, "-o", str(work / ".rss"), "-f", "%M", *cmd], stdout=out, stderr=err, cwd=work, env=env, check=False).returncode
+    seconds = time.monotonic() - start
+    rss = (work / ".rss").read_text().split()
+    said = (work / ".err").read_text(errors="replace").strip() or (work / ".out").read_text(errors="replace").strip()
+    return code, seconds, int(rss[-1]) if rss and rss[-1].isdigit() else -1, said.splitlines()[0] if said else ""
+
+
+def readers(names: list[str]) -> None:
+    """Each reader case through its command: exit (and the one it must give), seconds, peak memory, first line."""
+    env = {**reader_cases.environment(), "PYTHONPATH": str(ROOT), "COLUMNS": "300"}
+    for name, case in reader_cases.CASES.items():
+        if names and name not in names:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            args = case.build(Path(tmp))
+            code, seconds, peak_kib, line = measured([sys.executable, "-m", "envmatrix", *args], Path(tmp), env)
+        flag = "" if code == case.status else f"  (expected {case.status})"
+        print(f"{name:48} exit {code}{flag}  {seconds:6.2f} s  {peak_kib / 1024:6.0f} MiB  {line[:160]}", flush=True)
+
+
 def full_size() -> None:
     """The full-size check (config class, model class, meta-device build) of three large configs, in this process."""
     from probes import fullsize
@@ -91,8 +118,14 @@ def main() -> None:
     parser.add_argument("--case", nargs="*", default=[])
     parser.add_argument("--where", choices=(HOST, PROBE, "all"), default="all")
     parser.add_argument("--full-size", action="store_true")
+    parser.add_argument("--readers", action="store_true", help="also the readers' cases of issue 42")
+    parser.add_argument("--readers-only", action="store_true", help="only the readers' cases of issue 42")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    if args.readers or args.readers_only:
+        readers(args.case)
+        if args.readers_only:
+            return
     if args.full_size:
         full_size()
     chosen = [c for c in CASES if (not args.case or c.name in args.case) and args.where in ("all", c.where)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import unicodedata
 from dataclasses import dataclass
@@ -118,8 +119,23 @@ def _file_type(mode: int) -> str:
     return next((name for test, name in _FILE_TYPES if test(mode)), "not a plain file")
 
 
+#: Kernel pseudo-file systems: their files say size 0 (or 4096) whatever they hold, and hold secrets
+#: (/proc/self/environ) or never end (/dev/zero); no file a user hands over lives there.
+PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def pseudo_file(path: Path | str) -> str | None:
+    """The pseudo-file system `path` is in (a link followed), or None."""
+    real = os.path.realpath(path)
+    return next((root for root in PSEUDO_ROOTS if real == root or real.startswith(root + "/")), None)
+
+
 def regular_size(path: Path, kind: Kind) -> int:
-    """The size of `path`, a regular file within the kind's bound; otherwise Refused naming it and why."""
+    """The size of `path`, a regular file within the kind's bound, outside /proc, /sys and /dev; otherwise Refused
+    naming it and why (never quoting it)."""
+    root = pseudo_file(path)
+    if root is not None:
+        raise Refused(f"{path}: a file of {root}, not {kind.what}; nothing is read from {', '.join(PSEUDO_ROOTS)}: give a file of yours")
     try:
         info = path.stat()
     except OSError as exc:
@@ -177,11 +193,20 @@ def depth(value: Any) -> int:
     return deepest
 
 
-def parse_json(raw: bytes | str, where: Path | str, kind: Kind) -> Any:
+def _no_constant(where: Path | str, kind: Kind) -> Any:
+    def refuse(name: str) -> Any:
+        raise _refuse(where, f"{name} is not a JSON number; {kind.what} holds none", kind)
+
+    return refuse
+
+
+def parse_json(raw: bytes | str, where: Path | str, kind: Kind, *, finite: bool = False) -> Any:
     """JSON within the kind's depth and digits; Refused naming `where` otherwise (not JSON, too deep, a number
-    too long). NaN and Infinity are read as Python reads them: the fields that take numbers refuse them."""
+    too long). NaN and Infinity are read as Python reads them (the fields that take numbers refuse them), or,
+    with `finite`, refused (a file envmatrix itself writes never holds them: a site's index, an attestation)."""
+    constant = {"parse_constant": _no_constant(where, kind)} if finite else {}
     try:
-        value = json.loads(raw, parse_int=_json_int(kind, where))
+        value = json.loads(raw, parse_int=_json_int(kind, where), **constant)
     except RecursionError:
         raise _refuse(where, f"nested more than {kind.max_depth} levels deep, deeper than {kind.what} ever is", kind) from None
     except UnicodeDecodeError as exc:
@@ -196,6 +221,156 @@ def parse_json(raw: bytes | str, where: Path | str, kind: Kind) -> Any:
 def read_json(path: Path, kind: Kind) -> Any:
     """A JSON file read once within all of the kind's bounds."""
     return parse_json(read_bytes(path, kind), path, kind)
+
+
+#: The longest key (one part of a dotted key or header) a TOML file envmatrix reads may have: package names are at
+#: most some tens of characters; tomllib's time grows with a long dotted header.
+MAX_TOML_KEY_CHARS = 1024
+_TOML_PLAIN = re.compile(r"[^\"'#\n\[\]{},0-9]+")  # value text that opens, closes and counts nothing
+_TOML_BARE = re.compile(r"[A-Za-z0-9_-]+")  # a bare key part
+_TOML_DIGITS = re.compile(r"[0-9][0-9_]*")
+_TOML_HEADER_PART = re.compile(r"[^.\]\"'\n]+")
+
+
+def toml_problem(text: str, where: Path | str, kind: Kind) -> None:
+    """Refused when TOML `text` is beyond the kind's bounds, found in one linear pass before tomllib parses it:
+    nesting (table header parts + dotted key parts + open brackets) deeper than `max_depth`, a key part longer than
+    MAX_TOML_KEY_CHARS, or an integer of more than `max_digits` digits. Strings are skipped as TOML writes them
+    (basic, literal, multi-line), comments to the end of their line. It errs on the side of the bounds: a file it
+    passes may still be refused by tomllib (a syntax error, which tomllib names), never the other way round."""
+    n = len(text)
+    i = line = 0
+    line = 1
+    table = 0  # parts of the current [table] header
+    opened: list[str] = []  # the open [ and { of the value being read
+    parts = 0  # dotted parts of the key being read
+    key_start = -1  # where the current bare key part began (-1: none yet)
+    in_key = True  # a key (or at a line's start, a header) comes next
+    header = False
+    digits = 0
+
+    def refuse(problem: str) -> Refused:
+        return _refuse(where, f"line {line}: {problem}", kind)
+
+    def deep(level: int) -> None:
+        if level > kind.max_depth:
+            raise refuse(f"nested more than {kind.max_depth} levels deep (table headers, dotted keys and brackets counted)")
+
+    def long_key(length: int) -> None:
+        if length > MAX_TOML_KEY_CHARS:
+            raise refuse(f"a key of {length:,} characters or more; {kind.what} has none longer than {MAX_TOML_KEY_CHARS}")
+
+    while i < n:
+        if not in_key and not header:  # a value: skip what cannot open, close or count anything in one step
+            plain = _TOML_PLAIN.match(text, i)
+            if plain:
+                i = plain.end()
+                digits = 0
+                if i >= n:
+                    break
+        elif in_key and not header:
+            bare = _TOML_BARE.match(text, i)
+            if bare:
+                long_key(bare.end() - i)
+                parts = max(parts, 1)
+                key_start, i = -2, bare.end()  # -2: a bare key part was read
+                if i >= n:
+                    break
+        else:
+            part = _TOML_HEADER_PART.match(text, i)
+            if part:
+                long_key(part.end() - key_start)
+                i = part.end()
+                if i >= n:
+                    break
+        ch = text[i]
+        if ch in "\"'":
+            quote = ch * 3 if text.startswith(ch * 3, i) else ch
+            j = i + len(quote)
+            while True:
+                k = text.find(quote, j)
+                if k < 0:
+                    return  # unterminated: tomllib says where
+                escaped = 0
+                while ch == '"' and text[k - 1 - escaped] == "\\" and k - 1 - escaped >= j:
+                    escaped += 1
+                if escaped % 2 == 0:
+                    break
+                j = k + 1
+            if in_key or header:
+                long_key(k - j)
+                parts = max(parts, 1)
+            line += text.count("\n", i, k)
+            i = k + len(quote)
+            while len(quote) == 3 and i < n and text[i] == ch:  # up to two more quotes end the string
+                i += 1
+            digits = 0
+            continue
+        if ch == "#":
+            k = text.find("\n", i)
+            i = n if k < 0 else k
+            continue
+        if ch == "\n":
+            line += 1
+            digits = 0
+            if not opened:
+                in_key, header, parts, key_start = True, False, 0, -1
+            i += 1
+            continue
+        if header:
+            if ch == ".":
+                table += 1
+                deep(table)
+                key_start = i + 1
+            elif ch == "]":
+                header, in_key = False, False
+            elif not ch.isspace():
+                long_key(i - key_start)
+            i += 1
+            continue
+        if in_key:
+            if ch == "[" and not opened and parts == 0:
+                header, table = True, 1
+                i += 2 if text.startswith("[[", i) else 1
+                key_start = i
+                continue
+            if ch == "=":
+                in_key, parts, key_start = False, 0, -1
+            elif ch == "}" and opened:
+                opened.pop()
+                in_key = False
+            elif ch == ".":
+                parts += 1
+                deep((0 if opened else table) + len(opened) + parts)
+                key_start = -1
+            elif not ch.isspace():
+                if key_start < 0:
+                    key_start = i
+                    parts = max(parts, 1)
+                long_key(i - key_start)
+            i += 1
+            continue
+        if ch in "[{":
+            opened.append(ch)
+            deep(table + len(opened))
+            in_key = ch == "{"  # an inline table's keys follow
+            key_start = -1
+        elif ch in "]}":
+            if opened:
+                opened.pop()
+        elif ch == "," and opened and opened[-1] == "{":
+            in_key, parts, key_start = True, 0, -1
+        elif ch.isdigit():
+            run = _TOML_DIGITS.match(text, i)
+            assert run is not None
+            digits += sum(c != "_" for c in run.group())
+            if digits > kind.max_digits:
+                raise refuse(f"a number of more than {kind.max_digits} digits; {kind.what} holds none so long")
+            i = run.end()
+            continue
+        if ch != "_":
+            digits = 0
+        i += 1
 
 
 def open_stream(path: str, kind: Kind) -> tuple[Bounded, str | None]:

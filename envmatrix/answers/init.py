@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import datetime
 import json
-import tempfile
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from probes.untrusted import MATRIX, Refused
+from probes.untrusted import read_text as read_untrusted_text
+
 from ..errors import InputError, SpecError, printable
 from ..facts import catalog
 from ..facts.pkgconstraints import VLLM_DISTRIBUTION
-from ..jsonio import write_text_atomic
-from ..spec.matrix import AXES, AXIS_CHECKS, Profile, Scenario, Spec, check_package_name, check_package_version, load
+from ..outputs.writer import file_target, write_file
+from ..spec.matrix import AXES, AXIS_CHECKS, Profile, Scenario, Spec, check_package_name, check_package_version, load, load_text
 from ..stack.base import Stack
 
 #: The shipped matrix: its scenarios are the ones init chooses from (a checkout's or an editable install's).
@@ -335,10 +337,21 @@ def _block_end(lines: list[str], start: int, width: int) -> int:
     return end
 
 
+def _kept_end(lines: list[str], start: int, end: int) -> int:
+    """`end` moved back over the blank and comment lines that close a block: they belong to what follows."""
+    while end > start + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1
+    return end
+
+
 def merged_text(old: str, d: Draft) -> str:
     """The existing file with the profile added (or replaced, same name) and the missing scenario definitions
-    appended; every other line kept as it was, comments included."""
-    lines = old.splitlines()
+    appended; every byte outside the replaced profile kept as it was: comments (those after the profile too),
+    each line's ending (CRLF stays CRLF) and a last line without one."""
+    ended = old.splitlines(keepends=True)
+    lines = [line.rstrip("\r\n") for line in ended]
+    ends = [line[len(bare) :] for line, bare in zip(ended, lines, strict=True)]
+    newline = "\r\n" if sum(e == "\r\n" for e in ends) > len(ends) // 2 else "\n"
     at = _top_key(lines, "profiles")
     if at is None:
         raise InputError("no top-level `profiles:` key to add the profile under")
@@ -347,18 +360,23 @@ def merged_text(old: str, d: Draft) -> str:
     width = len(indent)
     start = next((j for j in range(at + 1, len(lines)) if lines[j].startswith(f"{indent}{d.name}:") and not lines[j][width].isspace()), None)
     if start is None:
-        lines[at + 1 : at + 1] = block
+        start = end = at + 1
     else:
-        lines[start : _block_end(lines, start, width)] = block
+        end = _kept_end(lines, start, _block_end(lines, start, width))
+    lines[start:end], ends[start:end] = block, [newline] * len(block)
     if d.definitions:
+        added = "".join(scenario_text(s, "  ") for s in d.definitions.values()).splitlines()
         sat = _top_key(lines, "scenarios")
         if sat is None:
-            lines += ["scenarios:", *"".join(scenario_text(s, "  ") for s in d.definitions.values()).splitlines()]
+            where, added = len(lines), ["scenarios:", *added]
         else:
             sindent = _child_indent(lines, sat)
-            end = _block_end(lines, sat, 0)
-            lines[end:end] = "".join(scenario_text(s, sindent) for s in d.definitions.values()).splitlines()
-    return "\n".join(lines) + "\n"
+            where = _kept_end(lines, sat, _block_end(lines, sat, 0))
+            added = "".join(scenario_text(s, sindent) for s in d.definitions.values()).splitlines()
+        if where == len(lines) and ends and not ends[-1]:
+            ends[-1] = newline  # the old last line had no ending: it needs one before the added lines
+        lines[where:where], ends[where:where] = added, [newline] * len(added)
+    return "".join(line + end for line, end in zip(lines, ends, strict=True))
 
 
 def new_text(d: Draft) -> str:
@@ -368,23 +386,34 @@ def new_text(d: Draft) -> str:
     return "\n".join(head + body) + "\n"
 
 
-def write(target: Path, d: Draft) -> Spec:
-    """Write the file (new, or the old one with the profile added), after loading the result through the matrix's
-    validators: nothing a matrix load would refuse is written, and every other profile and scenario loads unchanged."""
-    existing = load(target) if target.exists() else None
-    text = merged_text(target.read_text(encoding="utf-8"), d) if existing is not None else new_text(d)
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=target.parent if target.parent.exists() else None, delete=False, encoding="utf-8") as tmp:
-        tmp.write(text)
+def _old_text(path: Path) -> str:
     try:
-        spec = load(Path(tmp.name))
+        return read_untrusted_text(path, MATRIX)
+    except Refused as exc:
+        raise InputError(str(exc)) from None
+
+
+def prepare(target: Path, d: Draft) -> tuple[str, Spec]:
+    """The file's new text (new, or the old one with the profile added) and what it loads as, checked through the
+    matrix's validators before anything is written: nothing a matrix load would refuse is written, and every
+    other profile and scenario loads unchanged. Nothing is written here."""
+    real, _ = file_target(target, "--file")
+    existing = load(real) if real.exists() else None
+    text = merged_text(_old_text(real), d) if existing is not None else new_text(d)
+    try:
+        spec = load_text(text, str(target))
     except SpecError as exc:  # a bug here, never the user's: say what the written file would have been refused for
-        raise InputError("init produced a matrix the loader refuses (nothing was written): " + "; ".join(exc.problems).replace(tmp.name, str(target))) from None
-    finally:
-        Path(tmp.name).unlink(missing_ok=True)
+        raise InputError("init produced a matrix the loader refuses (nothing was written): " + "; ".join(exc.problems)) from None
     if existing is not None:
         changed = [p for p, prof in existing.profiles.items() if p != d.name and spec.profiles.get(p) != prof]
         changed += [s for s, sc in existing.scenarios.items() if spec.scenarios.get(s) != sc]
         if changed:
             raise InputError(f"{target}: adding profile '{d.name}' would change {', '.join(changed)} (an unusual layout); nothing was written")
-    write_text_atomic(target, text)
+    return text, spec
+
+
+def write(target: Path, d: Draft) -> Spec:
+    """`prepare`, then the file written by the one writer (mode kept, a link's target written)."""
+    text, spec = prepare(target, d)
+    write_file(target, text, "--file")
     return spec

@@ -2,7 +2,9 @@
 (`--format json`): the releases tried, what broke with its first bad release, evidence and remedy, the upgrade
 order the runs support, and the vetted lock to stay on. A function of the Watch alone.
 
-Text from records (evidence lines) goes into Markdown code spans, so a log line cannot become markup or a link.
+Text from elsewhere goes through the Markdown sink (outputs/sinks.py): evidence lines into code spans, messages
+(an index's reason phrase, a bisection's, a remedy) escaped, so none can become a link, an image, HTML, a mention
+or a broken table.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from ..errors import printable
+from ..outputs.sinks import md_code, md_text
 from ..outputs.vetting import standings
 from ..plan.cells import Environment
 from ..records.record import Record
@@ -19,15 +21,8 @@ from .watch import Watch, healthy
 
 
 def _code(text: str) -> str:
-    """A Markdown code span holding `text` on one line, whatever backticks it contains."""
-    flat = printable(" ".join(text.split()))[:400]
-    longest = 0
-    run = 0
-    for ch in flat:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    fence = "`" * (longest + 1)
-    return f"{fence} {flat} {fence}"
+    """A Markdown code span holding `text` on one line (at most 400 characters), whatever it contains."""
+    return md_code(" ".join(text.split())[:400])
 
 
 def pins(env: Environment) -> list[str]:
@@ -74,9 +69,9 @@ def markdown(w: Watch, *, reports: str) -> str:
     ]
     for a in w.axes:
         untried = "listed, not run (host backend)" if w.listed_only and a.newest else "no scenario depends on it"
-        shown = ", ".join(_shown(r) for r in a.records.values()) or printable(a.problem or untried)
+        shown = ", ".join(_shown(r) for r in a.records.values()) or md_text(a.problem or untried)
         lines.append(f"| {a.axis} | {a.baseline} | {a.listed} | {a.latest or '-'} | {a.newest or '-'} | {shown} |")
-    ruled = [f"{a.axis} {r}: {printable(a.ruled_out[r])}" for a in w.axes for r in sorted(a.ruled_out, key=Version, reverse=True)[:3]]
+    ruled = [f"{a.axis} {r}: {md_text(a.ruled_out[r])}" for a in w.axes for r in sorted(a.ruled_out, key=Version, reverse=True)[:3]]
     if ruled:
         lines += ["", "Ruled out before any run (catalog or package metadata), the newest three per axis:", *[f"- {r}" for r in ruled]]
     if w.all_newest_env is not None:
@@ -101,28 +96,28 @@ def markdown(w: Watch, *, reports: str) -> str:
             for release, outcome in b.kinds[1:]:
                 lines.append(f"- then {outcome} from {reg.axis} {release}")
         else:
-            lines.append(f"- bisection {b.status}: {printable(b.message)}")
+            lines.append(f"- bisection {b.status}: {md_text(b.message)}")
         for release, _ in b.kinds or ([(b.first, "")] if b.first else []):
             record = reg.records.get(str(release))
             if record is not None:
                 lines.append(f"- evidence at {release}: {_code(record.outcome.evidence)}")
-                lines.append(f"- remedy: {printable(record.outcome.remedy)}")
+                lines.append(f"- remedy: {md_text(record.outcome.remedy)}")
         lines.append(f"- bisection runs: {', '.join(f'{r}={o}' for r, o in b.tried.items())}")
         lines.append("")
     if w.orders:
         lines += ["## Upgrade order", ""]
         for order in w.orders:
-            lines.append(f"- {order.axis} ({order.scenario}): {printable(order.text)}")
+            lines.append(f"- {order.axis} ({order.scenario}): {md_text(order.text)}")
             for moved, outcome in order.tried:
                 lines.append(f"  - tried {', '.join(f'{k} {v}' for k, v in moved.items())} (others at baseline): {outcome}")
         lines.append("")
     env_id, vetted = stay_on(w)
     lines += ["## The lock to stay on", ""]
     lines.append(f"{'Vetted' if vetted else 'Not vetted'} ({len(w.baseline)} cells): `{' '.join(pins(w.base))}`")
-    lines.append(f"Hashed lock: `envmatrix lock {env_id} --results {reports}/results`")
-    lines += ["", f"{w.ran} cells ran, {w.cached} were already recorded (cells are never run twice); {w.seconds} s. Records: `{reports}/results`."]
+    lines.append(f"Hashed lock: {md_code(f'envmatrix lock {env_id} --results {reports}/results')}")
+    lines += ["", f"{w.ran} cells ran, {w.cached} were already recorded (cells are never run twice); {w.seconds} s. Records: {md_code(reports + '/results')}."]
     for note in w.notes:
-        lines.append(f"Note: {printable(note)}")
+        lines.append(f"Note: {md_text(note)}")
     return "\n".join(lines) + "\n"
 
 

@@ -7,11 +7,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 
 from ..errors import InputError
 from ..host.gpus import detect_gpus
+from ..outputs.terminal import Console
+from ..outputs.writer import file_target, write_file
+from ..spec.matrix import check_profile_name
 from . import options
 
 
@@ -40,6 +42,10 @@ def handle(args: argparse.Namespace) -> int:
     from ..stack import read_stack
     from ..stack.interpreter import read_interpreter
 
+    bad_name = check_profile_name(args.profile)
+    if bad_name:
+        raise InputError(f"--profile: {bad_name}; nothing was written")
+    file_target(Path(args.file), "--file")  # a folder, FIFO or device is refused before anything is read
     stack = read_stack(Path(args.source)) if args.source is not None else read_interpreter(args.current or None)
     gpu, gpu_source = args.gpu, "--gpu"
     if gpu is None:
@@ -53,7 +59,7 @@ def handle(args: argparse.Namespace) -> int:
     where = init.Where(gpu, gpu_source, python, python_source)
     draft = init.draft(stack, name=args.profile, where=where, target=target, model_config=args.model_config, grpo_config=args.grpo_config)
     existed = target.exists()
-    spec = init.write(target, draft)
+    text, spec = init.prepare(target, draft)
     console = Console()
     console.print(f"{'updated' if existed else 'wrote'} {escape(str(target))}: profile [bold]{escape(args.profile)}[/] from {escape(stack.source)}")
     for axis, value in [*draft.axes.items(), *draft.packages.items()]:
@@ -61,6 +67,8 @@ def handle(args: argparse.Namespace) -> int:
     console.print(f"  scenarios: {', '.join(n for n, _ in draft.scenarios)}")
     for note in draft.notes:
         console.print(f"  note: {escape(note)}")
+    sys.stdout.flush()  # the answer is out before the file is written: a failed write loses only the file
+    write_file(target, text, "--file")
     reasons = init.unplannable(spec, args.profile)
     if reasons:
         err = Console(stderr=True)

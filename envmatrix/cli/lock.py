@@ -8,6 +8,8 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..outputs.lock import write_lock
+from ..outputs.require import parse as parse_requires
+from ..outputs.sinks import terminal
 from ..share.keys import load_trusted
 from ..share.merge import gather
 from . import options
@@ -24,6 +26,13 @@ def add_parser(sub: options.Subparsers) -> None:
         default=[],
         help="with --best: the workload, repeatable (default: every healthy scenario that ran on that GPU and does not fail everywhere)",
     )
+    p.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="with --best: a requirement the environment must satisfy, as pip writes it ('vllm>=0.17'); repeatable",
+    )
     options.RESULTS.add(p)
     options.TRUST.add(p)
     p.add_argument("--out", default="reports", help="output folder; the lock goes to OUT/locks/<env>/")
@@ -38,6 +47,8 @@ def handle(args: argparse.Namespace) -> int:
     standing only on records verified against a trusted signer."""
     if not args.env and not args.best:
         raise InputError("name an environment id (see the report's vetted list) or --best GPU")
+    if args.require and not args.best:
+        raise InputError("--require narrows --best GPU; an environment named by its id is locked as it is")
     if args.scenario and not args.best:
         raise InputError("--scenario names the workload for --best GPU; with an environment id, the lock says what it is vetted for")
     merged = gather(options.results_folders(args.results), load_trusted(args.trust), warn)
@@ -51,10 +62,17 @@ def handle(args: argparse.Namespace) -> int:
         scenarios=args.scenario,
         trust_record_indexes=args.trust_record_indexes,
         provenance=merged.provenance(),
+        requires=parse_requires(args.require),
     )
     vetted = json.loads((folder / "sources.json").read_text())["environment"]
-    print(f"{vetted['env']}: vetted for {', '.join(vetted['scenarios'])}; controls {vetted['controls']}/{vetted['controls_ran']} reproduced")
+    if args.require:
+        print(terminal(f"{vetted['env']} satisfies {', '.join(args.require)}"))
+    print(terminal(f"{vetted['env']}: vetted for {', '.join(vetted['scenarios'])}; controls {vetted['controls']}/{vetted['controls_ran']} reproduced"))
     if merged.trusted:
-        print(f"stands on records verified against {len(merged.trusted)} trusted signer(s); attestation digests in {folder}/pylock.toml [tool.envmatrix]")
-    print(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json")
+        print(
+            terminal(
+                f"stands on records verified against {len(merged.trusted)} trusted signer(s); attestation digests in {folder}/pylock.toml [tool.envmatrix]"
+            )
+        )
+    print(terminal(f"lock: {folder}/requirements.lock, {folder}/pylock.toml, {folder}/sources.json"))
     return 0

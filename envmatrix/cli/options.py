@@ -139,9 +139,13 @@ def add_selection(parser: Container) -> None:
     SKIP.add(parser)
 
 
-def add_format(parser: Container, *, json_alias: bool = False) -> None:
-    """--format text|json, and --json as its alias where a command had it before --format."""
-    FORMAT.add(parser)
+def add_format(parser: Container, *, json_alias: bool = False, extra: Mapping[str, str] | None = None) -> None:
+    """--format text|json, and --json as its alias where a command had it before --format; `extra`: formats only this
+    command writes (check's sarif), each with what it is, after the shared ones."""
+    action = FORMAT.add(parser)
+    if extra:
+        action.choices = (*FORMAT.settings["choices"], *extra)
+        action.help = f"{FORMAT.help}; {'; '.join(f'{k}: {v}' for k, v in extra.items())} (default: {FORMAT.note})"
     if json_alias:
         JSON.add(parser)
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import InputError
+from ..outputs.sinks import terminal
 from ..share.keys import load_private_key
 from ..share.publish import publish
 from . import options
@@ -34,7 +35,7 @@ def handle(args: argparse.Namespace) -> int:
     key = load_private_key(Path(args.sign_key)) if args.sign_key else None
     done = publish(folders, Path(args.out), key, warn, site_url=args.site_url)
     signed = f"signed by {done.keyid}" if done.keyid else "unsigned (no --sign-key)"
-    print(f"site: {done.out}/index.html ({done.records} records, {done.locks} locks, {signed})")
+    print(terminal(f"site: {done.out}/index.html ({done.records} records, {done.locks} locks, {signed})"))
     if done.keyid:
-        print(f"readers verify with: envmatrix report --results <its URL> --trust {done.out}/key.pub (a copy they got from you, not from the site)")
+        print(terminal(f"readers verify with: envmatrix report --results <its URL> --trust {done.out}/key.pub (a copy they got from you, not from the site)"))
     return 0

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..outputs.findings import find
-from ..outputs.report import write_merged
+from ..outputs.report import report_paths, write_merged
+from ..outputs.sinks import terminal
 from ..outputs.summary import print_findings, print_vetting
 from ..outputs.terminal import Console
+from ..outputs.writer import check_files
 from ..records.provenance import Merged, from_folders
 from ..share.keys import load_trusted
 from ..share.merge import gather
@@ -33,7 +35,7 @@ def provenance_line(merged: Merged) -> str:
     verified = sum(r.provenance.verified for r in counted)
     line = f"provenance: {verified} of {len(counted)} counted records verified against a trusted signer"
     if apart:
-        why = Counter(r.provenance.note or "not verified" for r in apart)
+        why = Counter(r.provenance.standing or r.provenance.note or "not verified" for r in apart)
         line += f"; shown apart, never vetted: {len(apart)} ({', '.join(f'{k} {n}' for k, n in sorted(why.items()))})"
     return line
 
@@ -46,13 +48,15 @@ def handle(args: argparse.Namespace) -> int:
         raise InputError(f"--since {', '.join(missing)}: no such results folder; pass an earlier run's results folder (e.g. a copy of reports/results)")
     merged = gather(options.results_folders(args.results), load_trusted(args.trust), warn)
     previous = from_folders(since, warn).records if since else None
-    outputs = write_merged(merged, Path(args.out), previous)
+    out = Path(args.out)
+    check_files(list(report_paths(out).values()), "a report file")  # refused before anything is printed
     console = Console()
     records = merged.records
     print_findings(console, find(records, previous or ()))
     print_vetting(console, records)
-    print(provenance_line(merged))
-    print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name}, {outputs['vetted'].name})")
+    print(terminal(provenance_line(merged)), flush=True)  # the answer is out before the files are written
+    outputs = write_merged(merged, out, previous)
+    print(terminal(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name}, {outputs['vetted'].name})"))
     if merged.problems:
         raise InputError(merged.trouble(f"the report holds the {len(records) + len(merged.apart)} records that could be read"))
     return 0

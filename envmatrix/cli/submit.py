@@ -39,6 +39,12 @@ def add_parser(sub: options.Subparsers) -> None:
         help="github, slurm: instead of the matrix, run envmatrix watch on this schedule ('0 6 * * 1') on the GPU type's runners, "
         "opening or updating an issue when a new release breaks the profile (default profile: stack)",
     )
+    p.add_argument(
+        "--propose",
+        metavar="FILE",
+        help="with --schedule: your requirements.txt, pylock.toml or uv.lock; watch writes it moved to the newest releases that train, "
+        "and the GitHub workflow opens or updates a pull request with it (an issue only where nothing can be proposed)",
+    )
     p.set_defaults(func=handle)
 
 
@@ -48,6 +54,8 @@ def _pairs(flag: str, values: list[str]) -> list[str]:
 
 def handle(args: argparse.Namespace) -> int:
     """Write (and for Slurm submit and wait for) one job per GPU type with a task per shard, then a report job."""
+    if args.propose and args.schedule is None:
+        raise InputError("--propose goes with --schedule: the scheduled watch proposes the change")
     if args.engine != "slurm" and (args.submit or args.wait):
         raise InputError(f"--submit and --wait are for slurm; for {args.engine}, commit or apply the files written (see docs/gpu-runners.md)")
     if args.engine == "k8s" and args.backend not in ("auto", "host"):
@@ -126,6 +134,8 @@ def _schedule(args: argparse.Namespace) -> int:
     slurm = args.engine == "slurm"
     file_, reports = (str(Path(args.file).resolve()), str(Path(args.reports).resolve())) if slurm else (args.file, args.reports)
     watch_args = ["--file", file_, "--backend", "venv" if args.backend == "auto" else args.backend, "--timeout", f"{args.timeout:g}", "--reports", reports]
+    if args.propose:
+        watch_args += ["--propose", str(Path(args.propose).resolve()) if slurm else args.propose]
     job = watch_job(spec, profile, args.gpu, args.schedule, watch_args=watch_args, reports=reports)
     folder = Path(args.out or Path(args.reports) / "submit" / args.engine)
     if slurm:

@@ -15,7 +15,6 @@ folders as often as at servers. Every reply is read within a size bound and a ti
 
 from __future__ import annotations
 
-import json
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -136,7 +135,7 @@ def parse_html(text: str, base: str) -> list[dict[str, object]]:
 
 def parse_json(text: str, base: str) -> list[dict[str, object]]:
     """A PEP 691 project page's file entries, their URLs made absolute; ValueError when it is not one."""
-    data = json.loads(text)
+    data = untrusted.parse_json(text, base, untrusted.INDEX_PAGE)  # Refused is a ValueError
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise ValueError("not a PEP 691 project page (no files list)")
     out = []
@@ -146,18 +145,36 @@ def parse_json(text: str, base: str) -> list[dict[str, object]]:
     return out
 
 
-def read_url(url: str, *, limit: int = MAX_PAGE_BYTES, accept: str = ACCEPT, timeout: float = TIMEOUT_S) -> tuple[str, str, str]:
-    """(text, content type, final URL) of a page, within `limit` bytes; OSError (urllib's errors) when it cannot be read."""
+def read_url(url: str, *, limit: int = MAX_PAGE_BYTES, accept: str = ACCEPT, timeout: float = TIMEOUT_S, named: Iterable[str] = ()) -> tuple[str, str, str]:
+    """(text, content type, final URL) of a page, within `limit` bytes; OSError when it cannot be read. http(s)
+    through the one fetcher (share/fetch.py: redirects only where the user's indexes are, bounded bodies); a
+    404 is `HttpStatus`; file: URLs (a local mirror) read as files."""
+    if url.startswith(("http:", "https:")):
+        from ..share.fetch import SiteError, fetch_url
+        from ..share.limits import Limits
+
+        try:
+            body, kind, final = fetch_url(url, limit, "an index page", accept=accept, named=named, limits=Limits(file_s=timeout, stall_s=timeout))
+        except SiteError as exc:
+            raise PageError(str(exc), getattr(exc, "status", None)) from None
+        return body.decode("utf-8", errors="replace"), kind, final
     request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "envmatrix"})
     with urllib.request.urlopen(request, timeout=timeout) as reply:
-        body = reply.read(limit + 1)
-        if len(body) > limit:
+        raw = reply.read(limit + 1)
+        if len(raw) > limit:
             raise OSError(f"{url}: more than {limit >> 20} MiB; not a project page")
-        kind = reply.headers.get_content_type() if url.startswith(("http:", "https:")) else ("application/json" if url.endswith(".json") else "text/html")
-        return body.decode(reply.headers.get_content_charset() or "utf-8", errors="replace"), kind, reply.geturl()
+        return raw.decode("utf-8", errors="replace"), ("application/json" if url.endswith(".json") else "text/html"), reply.geturl()
 
 
-def index_files(index: str, name: str) -> list[dict[str, object]]:
+class PageError(OSError):
+    """An index page could not be read; `status` is the HTTP status when the server answered (404: not there)."""
+
+    def __init__(self, message: str, status: int | None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def index_files(index: str, name: str, named: Iterable[str] = ()) -> list[dict[str, object]]:
     """The files one index lists for a project (PEP 691 JSON, else PEP 503 HTML); OSError/ValueError when it cannot say."""
     url = f"{index.rstrip('/')}/{canonicalize_name(name)}/"
     if url.startswith("file:"):
@@ -167,9 +184,9 @@ def index_files(index: str, name: str) -> list[dict[str, object]]:
         page = folder / "index.html"
         url = page.as_uri()
     try:
-        text, kind, final = read_url(url)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
+        text, kind, final = read_url(url, named=named)
+    except (urllib.error.HTTPError, PageError) as exc:
+        if getattr(exc, "code", None) == 404 or getattr(exc, "status", None) == 404:
             return []  # the index does not have the project
         raise
     if "json" in kind:
@@ -177,10 +194,10 @@ def index_files(index: str, name: str) -> list[dict[str, object]]:
     return parse_html(text, final)
 
 
-def folder_files(link: str, name: str) -> list[dict[str, object]]:
+def folder_files(link: str, name: str, named: Iterable[str] = ()) -> list[dict[str, object]]:
     """A find-links entry: a folder of files (its names), or an HTML page of links."""
     if link.startswith(("http:", "https:")):
-        text, _, final = read_url(link, accept="text/html")
+        text, _, final = read_url(link, accept="text/html", named=named)
         return parse_html(text, final)
     folder = Path(urllib.request.url2pathname(urllib.parse.urlsplit(link).path) if link.startswith("file:") else link)
     if not folder.is_dir():
@@ -234,10 +251,11 @@ def list_releases(name: str, settings: PipSettings | None = None, *, local: str 
     settings = settings or read_pip_settings()
     listing = Listing(canonicalize_name(name))
     indexes = [settings.index_url or PYPI, *settings.extra_index_urls, *extra]
+    named = {urllib.parse.urlsplit(u).hostname or "" for u in [*indexes, *settings.find_links]} - {""}
     for source, reader in [*((i, index_files) for i in dict.fromkeys(indexes)), *((f, folder_files) for f in settings.find_links)]:
         listing.asked.append(source)
         try:
-            collect(listing, reader(source, name), local=local)
+            collect(listing, reader(source, name, named), local=local)
         except (OSError, ValueError, UnicodeError) as exc:
             listing.problems[source] = str(getattr(exc, "reason", None) or exc)[:200]
     return listing

@@ -23,11 +23,12 @@ from packaging.utils import canonicalize_name
 from ..errors import InputError
 from ..facts import pkgconstraints
 from ..host.pipconfig import TORCH_INDEX, PipSettings, read_pip_settings
-from ..jsonio import write_json_atomic, write_text_atomic
 from ..records.outcomes import Outcome
 from ..records.provenance import Provenance
 from ..records.record import BuildFacts, Record, Status
+from . import require
 from .vetting import Standing, best, standings, vetted_environments
+from .writer import write_files
 
 PYPI = "https://pypi.org/simple"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
@@ -35,15 +36,19 @@ _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def select_environment(records: list[Record], env_id: str | None, best_gpu: str | None, scenarios: list[str] | None = None) -> Standing:
-    """The vetted environment named, or the newest one on a GPU type vetted for the workload; a clear
-    error otherwise, saying what rules each candidate out."""
+def select_environment(
+    records: list[Record], env_id: str | None, best_gpu: str | None, scenarios: list[str] | None = None, requires: list[Requirement] | None = None
+) -> Standing:
+    """The vetted environment named, or the newest one on a GPU type vetted for the workload (and satisfying every
+    --require); a clear error otherwise, saying what rules each candidate out."""
     if best_gpu:
-        choice, wanted, reasons = best(records, best_gpu, scenarios)
+        choice, wanted, reasons = require.best_requiring(records, best_gpu, scenarios, requires) if requires else best(records, best_gpu, scenarios)
         if choice is not None:
             return choice
         if not reasons:
             raise InputError(f"--best {best_gpu}: no environment ran on {best_gpu} in the records; run the matrix there first (nox -s matrix)")
+        if requires:
+            raise InputError(f"--best {best_gpu}: {require.refusal(records, best_gpu, wanted, reasons, requires)}")
         why = "; ".join(f"{env}: {', '.join(r)}" for env, r in sorted(reasons.items()))
         raise InputError(f"--best {best_gpu}: no environment is vetted for {', '.join(wanted) or 'any scenario'}: {why}")
     for s in standings(records):
@@ -248,12 +253,13 @@ def write_lock(
     scenarios: list[str] | None = None,
     trust_record_indexes: bool = False,
     provenance: Mapping[str, Provenance] | None = None,
+    requires: list[Requirement] | None = None,
 ) -> Path:
     """Write reports/locks/<env>/ for a vetted environment; return the folder.
 
     The package sources come from the record, which may come from another host: where they differ
     from this user's own pip settings, nothing is fetched unless the user trusts them explicitly."""
-    choice = select_environment(records, env_id, best_gpu, scenarios)
+    choice = select_environment(records, env_id, best_gpu, scenarios, requires)
     folder = lock_folder(out_root, choice.env)
     pins, build = _freeze_and_build(records, choice.env)
     diffs = index_differences(build, read_pip_settings())
@@ -265,18 +271,21 @@ def write_lock(
     flash = flash_entry(build)
     entries = sorted([*pip_report(pins, build), *([flash] if flash else [])], key=lambda e: e["name"].lower())
     folder.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(folder / "requirements.lock", requirements_lock(entries, choice.env))
-    write_text_atomic(folder / "pylock.toml", pylock_toml(entries, choice.python, envmatrix_table(choice, records, provenance or {})))
-    write_json_atomic(
-        folder / "sources.json",
-        {
-            "environment": choice.as_dict(),
-            "index_url": build.index_url,
-            "extra_index_urls": list(build.extra_index_urls),
-            "find_links": list(build.find_links),
-            "tool": build.tool,
-            "image": build.image,
-            "base_image": build.base_image,
-        },
+    sources = {
+        "environment": choice.as_dict(),
+        "index_url": build.index_url,
+        "extra_index_urls": list(build.extra_index_urls),
+        "find_links": list(build.find_links),
+        "tool": build.tool,
+        "image": build.image,
+        "base_image": build.base_image,
+    }
+    write_files(
+        [
+            (folder / "requirements.lock", requirements_lock(entries, choice.env)),
+            (folder / "pylock.toml", pylock_toml(entries, choice.python, envmatrix_table(choice, records, provenance or {}))),
+            (folder / "sources.json", json.dumps(sources, indent=2, default=str)),
+        ],
+        "a lock file",
     )
     return folder

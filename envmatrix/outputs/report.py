@@ -9,6 +9,7 @@ writes it with textContent: a `<script>` in a log shows as text.
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -18,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from .. import __version__
-from ..jsonio import write_json_atomic, write_text_atomic
 from ..records.outcomes import Outcome, table_for_templates
 from ..records.provenance import Merged, Provenance, Sourced, from_folders
 from ..records.record import Record, Status
 from .findings import find, version_order
+from .sinks import csv_text
 from .vetting import failing_everywhere, fold_text, not_applicable, standings, vetted_environments
+from .writer import write_files
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -234,13 +236,18 @@ def write_merged(merged: Merged, out: Path, previous: list[Record] | None = None
     frame = results_frame([row.record for row in rows], [row.provenance for row in rows])
     paths = report_paths(out)
     flat = frame.drop(columns="provenance")
-    for column in ("verified", "signer", "source"):
+    for column in ("verified", "signer", "source", "standing"):
         flat[column] = [getattr(row.provenance, column) for row in rows]
-    write_text_atomic(paths["csv"], flat.to_csv(index=False))
-    write_text_atomic(paths["json"], frame.to_json(orient="records", indent=2) or "[]")
-    write_json_atomic(paths["vetted"], vetted_document(records, merged.trusted))
     locks_dir = out / "locks"
     locks = {p.name: str(p.relative_to(out)) for p in sorted(locks_dir.iterdir())} if locks_dir.is_dir() else {}
     page = render_html(records, locks, previous, provenance=merged.provenance(), apart=apart, trusted=merged.trusted)
-    write_text_atomic(paths["html"], page)
+    write_files(
+        [
+            (paths["csv"], csv_text(flat)),
+            (paths["json"], frame.to_json(orient="records", indent=2) or "[]"),
+            (paths["vetted"], json.dumps(vetted_document(records, merged.trusted), indent=2, default=str)),
+            (paths["html"], page),
+        ],
+        "a report file",
+    )
     return paths

@@ -200,3 +200,8 @@ def best(records: list[Record], gpu: str, scenarios: list[str] | None = None) ->
     reasons = {c.env: ruled_out(c, wanted, explicit) for c in candidates}
     fit = [c for c in candidates if not reasons[c.env]]
     return (max(fit, key=_key) if fit else None), wanted, {k: v for k, v in reasons.items() if v}
+
+
+def newest(entries: list[Standing]) -> Standing | None:
+    """The newest of some environments, in the order `best` ranks them (None for none)."""
+    return max(entries, key=_key) if entries else None

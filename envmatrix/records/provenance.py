@@ -25,6 +25,7 @@ class Provenance:
     note: str = ""  # why it is not verified: "not signed", "signer not trusted", "altered after signing", ...
     attestation_sha256: str | None = None  # digest of the DSSE envelope that covers the record
     attestation: str | None = None  # where that envelope is
+    standing: str = ""  # a verified record that does not stand: "superseded", "conflict" or "agrees" (records/standing.py)
 
     def as_dict(self) -> dict[str, object]:
         """The `provenance` of a results.json row."""
@@ -35,12 +36,14 @@ class Provenance:
             "note": self.note,
             "attestation_sha256": self.attestation_sha256,
             "attestation": self.attestation,
+            "standing": self.standing or None,
         }
 
     def text(self) -> str:
         """One line for a table cell's title, its details and the apart list."""
         if self.verified:
-            return f"verified: signed by {str(self.signer)[:16]}, a key you trust; from {self.source}"
+            why = f"; {self.note}" if self.standing else ""
+            return f"verified: signed by {str(self.signer)[:16]}, a key you trust; from {self.source}{why}"
         if self.signer:
             return f"signed by {self.signer[:16]}" + (f", not verified: {self.note}" if self.note else "") + f"; from {self.source}"
         return f"{self.note or 'not signed'}; from {self.source}"
@@ -57,8 +60,9 @@ class Sourced:
 @dataclass(frozen=True)
 class Merged:
     """Records from several folders and sites, read together. Without trust every record counts (as
-    folders always merged); with trust (`trusted` non-empty) only verified ones count and the rest are
-    shown apart. A later source's record of a cell wins, a verified one over one that is not."""
+    folders always merged; a later source's record of a cell wins, a verified one over one that is not);
+    with trust (`trusted` non-empty) only verified ones count, by records/standing.py (the newest signed
+    result per signer stands, signers that disagree are a conflict), and the rest are shown apart."""
 
     rows: tuple[Sourced, ...]
     trusted: tuple[str, ...] = ()  # keyids of the keys the reader trusts
@@ -75,15 +79,24 @@ class Merged:
                 by_id[row.record.id] = row
         return list(by_id.values())
 
+    def _standing(self) -> tuple[list[Sourced], list[Sourced]]:
+        from .standing import standing  # the rule's one owner
+
+        return standing(r for r in self.rows if self._counts(r))
+
     @property
     def counted(self) -> list[Sourced]:
         """The records findings, vetting and locks stand on, one per cell."""
+        if self.trusted:
+            return self._standing()[0]
         return self._latest(r for r in self.rows if self._counts(r))
 
     @property
     def apart(self) -> list[Sourced]:
-        """Records not verified against a trusted signer, when trust was asked for: shown, never vetted."""
-        return self._latest(r for r in self.rows if not self._counts(r))
+        """Records not verified against a trusted signer, when trust was asked for, and verified ones that do not
+        stand (superseded, in conflict, agreeing with the one that stands): shown, never vetted."""
+        unverified = self._latest(r for r in self.rows if not self._counts(r))
+        return [*self._standing()[1], *unverified] if self.trusted else unverified
 
     def trouble(self, held: str) -> str:
         """The problems as one message for the end of a command: how many, each on its own line, and what was kept."""

@@ -54,6 +54,7 @@ def _read(path: Path, what: str) -> bytes:
 def load_private_key(path: Path) -> Ed25519PrivateKey:
     """The signing key (unencrypted PEM, ed25519); InputError saying what is wrong and how to make one."""
     data = _read(path, "signing key")
+    _one_block(data, str(path))
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except TypeError:
@@ -65,8 +66,16 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
     return key
 
 
+def _one_block(data: bytes, name: str) -> None:
+    """A key file holds one PEM block: with two, which one is trusted would be the library's choice, not the user's."""
+    blocks = data.count(b"-----BEGIN ")
+    if blocks > 1:
+        raise InputError(f"{name}: {blocks} PEM blocks; a key file holds one key: split it, one key a file (--trust takes several files)")
+
+
 def public_key_from_pem(data: bytes, name: str) -> PublicKey:
     """An ed25519 public key from PEM bytes (a trusted key file, or the key a site publishes)."""
+    _one_block(data, name)
     if b"PRIVATE KEY" in data:
         raise InputError(f"{name}: a private key; trust the public half (openssl pkey -in {name} -pubout -out {name}.pub) and keep this one secret")
     try:

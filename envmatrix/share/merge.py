@@ -36,9 +36,10 @@ def gather(sources: list[str], trusted: list[PublicKey], warn: Warn, limits: Lim
     limits = limits or Limits()
     rows: list[Sourced] = []
     problems: list[str] = []
+    named = {urlsplit(s).hostname or "" for s in sources if is_url(s)} - {""}  # a redirect may reach these
     for source in sources:
         if is_url(source):
-            got, trouble = read_site(HttpSite(source, limits), trusted, limits, warn)
+            got, trouble = read_site(HttpSite(source, limits, named), trusted, limits, warn)
         elif (Path(source) / INDEX).is_file():
             got, trouble = read_site(FolderSite(Path(source), limits), trusted, limits, warn)
         else:

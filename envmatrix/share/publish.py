@@ -10,8 +10,9 @@
     SITE/test-result.json          the Test Result predicate over every record, for a keyless attestation
                                    (GitHub's actions/attest) of all record files at once
 
-The site is built in a temporary folder beside SITE and swapped in whole, so a web server never serves a
-half-written site, and an earlier site at SITE is replaced only when it is one (index.json). Files inside
+The site is built in a temporary folder beside SITE and swapped in whole by the one writer (outputs/writer.py),
+so a web server never serves a half-written site, and an earlier folder at SITE is replaced only when envmatrix
+wrote it (its marker file); any other non-empty folder is refused, never emptied. Files inside
 that folder are written plainly (no fsync and rename each): nothing reads them before the swap, and a
 per-file fsync was half the time of a publish.
 """
@@ -21,8 +22,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import shutil
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +34,10 @@ from .. import __version__
 from ..errors import InputError, OutputError
 from ..jsonio import read_bytes_bounded
 from ..outputs.report import render_html
+from ..outputs.writer import folder_target, write_folder
 from ..records.provenance import Provenance
 from ..records.record import MAX_RECORD_BYTES, RECORD_VERSION, Record, RecordError, cell_stem, record_files, record_from_bytes
-from . import dsse
+from . import badge, dsse
 from .keys import keyid, public_pem
 from .site import INDEX, SITE_VERSION
 from .statement import encode, result_predicate, sha256, statement
@@ -99,36 +99,15 @@ def _json(data: object) -> bytes:
     return json.dumps(data, indent=2).encode()
 
 
-def _staging(out: Path) -> Path:
-    """A fresh folder beside `out`; refuses an `out` that holds something other than a site."""
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / INDEX).is_file())):
-        raise InputError(f"--out {out}: exists and is not a site envmatrix published (no {INDEX}); choose a new or empty folder")
-    staging = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        staging.mkdir(parents=True)
-    except OSError as exc:
-        raise OutputError(f"{out.parent}: cannot write the site there ({exc.strerror}); choose another --out") from None
-    return staging
-
-
-def _swap(staging: Path, out: Path) -> None:
-    old = out.parent / f".{out.name}.{uuid.uuid4().hex}.old"
-    try:
-        if out.exists():
-            out.rename(old)
-        staging.rename(out)
-    except OSError as exc:
-        raise OutputError(f"{out}: cannot put the new site in place ({exc.strerror}); it is left in {staging}") from None
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def publish(results: list[Path], out: Path, key: Ed25519PrivateKey | None, warn: Warn, site_url: str | None = None) -> Published:
     """Write the site for the records in `results` to `out`, signing each record's statement with `key`."""
     found = collect(results, warn)
     if not found:
         raise InputError(f"no records in {', '.join(map(str, results))}: nothing to publish; run the matrix first (envmatrix run)")
-    staging = _staging(out)
-    try:
+    folder_target(out)  # refused before any work: a folder envmatrix did not write is never emptied
+    written: list[Published] = []
+
+    def fill(staging: Path) -> None:
         entries, lock_envs = _write(staging, found, key, site_url)
         signer = {"keyid": keyid(key.public_key()), "key": "key.pub", "algorithm": "ed25519"} if key else None
         _put(
@@ -146,11 +125,10 @@ def publish(results: list[Path], out: Path, key: Ed25519PrivateKey | None, warn:
                 }
             ),
         )
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    _swap(staging, out)
-    return Published(out, len(entries), len(lock_envs), signer["keyid"] if signer else None)
+        written.append(Published(out, len(entries), len(lock_envs), signer["keyid"] if signer else None))
+
+    write_folder(out, fill, by="envmatrix publish")
+    return written[0]
 
 
 def _write(site: Path, found: Found, key: Ed25519PrivateKey | None, site_url: str | None) -> tuple[list[dict[str, object]], set[str]]:
@@ -180,6 +158,8 @@ def _write(site: Path, found: Found, key: Ed25519PrivateKey | None, site_url: st
     if key is not None:
         _put(site, "key.pub", public_pem(key.public_key()))
     _put(site, "test-result.json", _json(result_predicate(records, site_url)))
+    for rel, data in badge.badges(records).items():  # SITE/badges/<gpu>.svg: the table at a glance
+        _put(site, rel, data)
     lock_envs = {env for env, files in locks.items() if files}
     signer = keyid(key.public_key()) if key else None
     here = "this site (readers check its records against the keys they trust)"

@@ -8,11 +8,12 @@ tells "signed by someone you do not trust" from "the signature does not verify a
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
+
+from probes import untrusted
 
 from ..errors import InputError
 from ..records.provenance import Provenance, Sourced
@@ -51,10 +52,11 @@ class Index:
 def parse_index(raw: bytes, where: str, limits: Limits) -> Index:
     """A site's index.json, checked: its version, and every path it names stays inside the site."""
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise SiteError(f"{where}: not JSON; not a site envmatrix publish wrote") from None
-    if not isinstance(data, dict) or not isinstance(data.get("site_version"), int):
+        data = untrusted.parse_json(raw, where, untrusted.PUBLISHED_INDEX, finite=True)
+    except untrusted.Refused as exc:
+        raise SiteError(f"{exc}; not a site envmatrix publish wrote") from None
+    version = data.get("site_version") if isinstance(data, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise SiteError(f"{where}: no site_version; not a site envmatrix publish wrote")
     if data["site_version"] > SITE_VERSION:
         raise SiteError(f"{where}: site version {data['site_version']} is newer than this envmatrix reads ({SITE_VERSION}); upgrade envmatrix")
@@ -128,13 +130,19 @@ class _Reader:
     def provenance(self, entry: Entry, raw: bytes, where: str) -> Provenance:
         source = self.site.source
         if entry.attestation is None:
+            if self.site_key is not None:  # a signed site serving one record unsigned: said, not only kept apart
+                self.warn(f"{where}: not signed, on a site that signs its records (added after publishing?); not verified")
             return Provenance(source, note="not signed")
         at = self.site.where(entry.attestation)
         try:
             blob = self.site.get(entry.attestation, self.limits.envelope_bytes, "an attestation")
-            envelope = dsse.parse(_json(blob, at), at)
         except SiteExhausted:
             raise
+        except SiteError as exc:  # beyond a bound, missing, too slow: a problem of the site (exit 2), not only a warning
+            self.problem(f"{where}: not verified: {exc}")
+            return Provenance(source, note="attestation unreadable")
+        try:
+            envelope = dsse.parse(_json(blob, at), at)
         except InputError as exc:
             self.warn(f"{where}: not verified: {exc}")
             return Provenance(source, note="attestation unreadable")
@@ -168,9 +176,9 @@ class _Reader:
 
 def _json(raw: bytes, where: str) -> Any:
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
-        raise dsse.EnvelopeError(f"{where}: not JSON") from None
+        return untrusted.parse_json(raw, where, untrusted.ATTESTATION, finite=True)
+    except untrusted.Refused as exc:
+        raise dsse.EnvelopeError(str(exc)) from None
 
 
 def read_site(site: Site, trusted: list[PublicKey], limits: Limits, warn: Warn) -> tuple[list[Sourced], list[str]]:

@@ -24,7 +24,7 @@ from ..facts.families import NAMES as MODEL_FAMILIES
 from ..records.outcomes import EXPECTABLE
 from .patterns import MAX_PATTERNS
 from .patterns import check as pattern_bounds
-from .yamlsrc import Path_, Source, load_yaml
+from .yamlsrc import Path_, Source, load_yaml, parse_yaml
 
 AXES: tuple[str, ...] = ("cuda", "torch", "transformers", "flash_attn", "gpu", "python")
 
@@ -234,6 +234,13 @@ AXIS_CHECKS: dict[str, Callable[[str], str | None]] = {
 _PACKAGE = re.compile(r"[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?")
 #: Names a package axis cannot take: the built-in axes (and their distribution names) and rule keys.
 RESERVED_PACKAGES = ("cuda", "torch", "transformers", "flash-attn", "flash_attn", "gpu", "python", "scenario", "reason", "packages")
+
+
+def check_profile_name(name: str) -> str | None:
+    """A profile's name (the rule `_profile` applies to a file's profiles, for `--profile` before anything is written)."""
+    if _NAME.fullmatch(name):
+        return None
+    return f"profile name {name[:80]!r} must be lower-case letters, digits, '.', '_' or '-' (at most 64, starting with a letter or digit)"
 
 
 def check_package_name(name: str) -> str | None:
@@ -703,3 +710,8 @@ def parse(src: Source) -> Spec:
 def load(path: str | Path) -> Spec:
     """Read and validate a matrix file."""
     return parse(load_yaml(Path(path)))
+
+
+def load_text(text: str, name: str) -> Spec:
+    """Validate a matrix file's text (one about to be written), errors named by `name`."""
+    return parse(parse_yaml(text, name))

@@ -190,23 +190,47 @@ def load_yaml(path: Path, kind: untrusted.Kind = untrusted.MATRIX) -> Source:
         raise InputError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: cannot read {kind.what}: {exc}") from None
-    loader = _Loader(text, kind)
-    conv = _Converter(loader, str(path))
+    return parse_yaml(text, str(path), kind)
+
+
+def _reader_problem(exc: yaml.reader.ReaderError, text: str) -> str:
+    """A byte YAML refuses (a control character: ESC, NUL), named by line and column, never echoed."""
+    line = text.count("\n", 0, exc.position) + 1
+    column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+    return (
+        f":{line}: column {column}: control character U+{exc.character:04X} (YAML allows none); remove it"
+        if isinstance(exc.character, int)
+        else f": {exc.reason}"
+    )
+
+
+def parse_yaml(text: str, name: str, kind: untrusted.Kind = untrusted.MATRIX) -> Source:
+    """YAML text within its kind's bounds, errors named by `name` and line (a matrix `init` is about to write is
+    checked here before it is written, under the user's file name rather than a temporary one)."""
+    if len(text) > kind.max_bytes:
+        raise InputError(f"{name}: more than {kind.what} may hold ({untrusted.size_text(kind.max_bytes)})")
+    try:
+        loader = _Loader(text, kind)
+    except yaml.reader.ReaderError as exc:  # the reader checks every character before parsing starts
+        raise SpecError([f"{name}{_reader_problem(exc, text)}"]) from None
+    conv = _Converter(loader, name)
     try:
         node = loader.get_single_node()
         data = {} if node is None else conv.convert(node, ())
     except LimitError as exc:
-        raise SpecError([f"{path}:{exc.line}: {exc.problem}"]) from None
+        raise SpecError([f"{name}:{exc.line}: {exc.problem}"]) from None
+    except yaml.reader.ReaderError as exc:
+        raise SpecError([f"{name}{_reader_problem(exc, text)}"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         what = "YAML syntax error" if isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)) else "YAML error"
-        raise SpecError([f"{path}{line}: {what}: {problem}"]) from None
+        raise SpecError([f"{name}{line}: {what}: {printable(problem)}"]) from None
     except RecursionError:  # a guard only: the kind's max_depth stops nesting long before Python's limit
-        raise SpecError([f"{path}: nested too deeply to read"]) from None
+        raise SpecError([f"{name}: nested too deeply to read"]) from None
     finally:
         loader.dispose()
     if conv.problems:
         raise SpecError(conv.problems)
-    return Source(str(path), data, conv.lines)
+    return Source(name, data, conv.lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,10 @@ MAX_INCLUDE_DEPTH = untrusted.REQUIREMENTS.max_depth
 MAX_INCLUDED_FILES = 64
 MAX_PACKAGES = untrusted.REQUIREMENTS.max_values
 MAX_INTERPRETER_OUTPUT_BYTES = 4 << 20
+#: A version's numbers: at most a file's digits per integer (Python refuses to read more than 4,300 as one).
+MAX_VERSION_DIGITS = untrusted.REQUIREMENTS.max_digits
+MAX_VERSION_CHARS = 256
+_DIGITS = re.compile(r"\d+")
 INTERPRETER_TIMEOUT_S = 120.0
 
 
@@ -61,6 +66,12 @@ class Stack:
         """Keep an exact pin; its version is checked as PEP 440 here (InputError naming `where`)."""
         if len(self.pins) >= MAX_PACKAGES:
             raise InputError(f"{where}: more than {MAX_PACKAGES:,} packages; is this a lock of one environment?")
+        longest = max((len(run) for run in _DIGITS.findall(version)), default=0)
+        if longest > MAX_VERSION_DIGITS or len(version) > MAX_VERSION_CHARS:
+            raise InputError(
+                f"{where}: {printable(name)[:100]}: a version of {len(version):,} characters (a number of {longest:,} digits); "
+                f"no release has a number longer than {MAX_VERSION_DIGITS} digits"
+            )
         try:
             parsed = Version(version)
         except InvalidVersion:

@@ -5,10 +5,13 @@ no PYTHONPATH), so the other interpreter needs nothing of envmatrix installed.
 
 from __future__ import annotations
 
-import json
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+from probes import untrusted
 
 from ..errors import BackendError, InputError, printable
 from .base import INTERPRETER_TIMEOUT_S, MAX_INTERPRETER_OUTPUT_BYTES, Stack
@@ -34,23 +37,77 @@ print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "executable": sys.ex
 """
 
 
+#: What the snippet prints: one JSON object, its dists a flat mapping (bounds: base.py's output cap, little nesting).
+ANSWER = untrusted.Kind("an interpreter's list of distributions", MAX_INTERPRETER_OUTPUT_BYTES, max_depth=4)
+STDERR_KEPT = 64 << 10
+
+
+def _ask(exe: str) -> tuple[bytes, bytes, int | None]:
+    """(stdout, the end of stderr, exit status) of the snippet run in `exe`, read through capped pipes: at most
+    MAX_INTERPRETER_OUTPUT_BYTES of stdout (an interpreter that prints more is stopped and refused) and the last
+    STDERR_KEPT bytes of stderr, within INTERPRETER_TIMEOUT_S."""
+    try:
+        proc = subprocess.Popen([exe, "-I", "-c", SNIPPET], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise BackendError(f"{exe}: could not ask it for its distributions: {exc.strerror or exc}") from None
+    assert proc.stdout is not None and proc.stderr is not None
+    tail = bytearray()
+
+    def drain() -> None:
+        for block in iter(lambda: proc.stderr.read(65536) if proc.stderr else b"", b""):
+            tail.extend(block)
+            del tail[:-STDERR_KEPT]
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    late = threading.Event()
+
+    def stop() -> None:
+        late.set()
+        proc.kill()
+
+    timer = threading.Timer(INTERPRETER_TIMEOUT_S, stop)
+    timer.start()
+    try:
+        out = proc.stdout.read(MAX_INTERPRETER_OUTPUT_BYTES + 1)
+        if len(out) > MAX_INTERPRETER_OUTPUT_BYTES:
+            proc.kill()
+            raise InputError(f"{exe}: printed more than {MAX_INTERPRETER_OUTPUT_BYTES >> 20} MiB when asked for its distributions; is it a Python interpreter?")
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        reader.join(5)
+    if late.is_set():
+        raise BackendError(f"{exe}: did not answer within {INTERPRETER_TIMEOUT_S:g} s")
+    return out, bytes(tail), code
+
+
 def read_interpreter(python: str | None = None) -> Stack:
     """The distributions installed in `python` (default: this interpreter) as exact pins."""
     exe = python or sys.executable
     if python is not None and not Path(python).is_file():
         raise InputError(f"--current {python}: no such interpreter; give the path of a python executable (e.g. .envmatrix/venvs/<build>/bin/python)")
+    out, err, code = _ask(exe)
+    if code != 0 and not out.strip():
+        said = printable(err.decode(errors="replace").strip()[-300:])
+        raise BackendError(f"{exe}: did not answer with its distributions (exit {code}): {said or 'no output'}")
     try:
-        done = subprocess.run([exe, "-I", "-c", SNIPPET], capture_output=True, timeout=INTERPRETER_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BackendError(f"{exe}: could not ask it for its distributions: {exc}") from None
-    out = done.stdout[:MAX_INTERPRETER_OUTPUT_BYTES]
-    try:
-        data = json.loads(out)
+        data = untrusted.parse_json(out, f"{exe}'s answer", ANSWER)
         dists = data["dists"]
         py = str(data["python"])
-    except (ValueError, KeyError, TypeError):
-        said = printable(done.stderr.decode(errors="replace").strip()[-300:])
-        raise BackendError(f"{exe}: did not answer with its distributions (exit {done.returncode}): {said or 'no output'}") from None
+        if not isinstance(dists, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in dists.items()):
+            raise TypeError
+        if not re.fullmatch(r"3\.\d{1,3}", py):
+            raise TypeError
+    except untrusted.Refused as exc:  # an answer beyond the reader's bounds is bad input, as a file would be
+        raise InputError(f"{exe}: did not answer with a list of its distributions: {exc}") from None
+    except (KeyError, TypeError):
+        said = printable(err.decode(errors="replace").strip()[-300:])
+        raise BackendError(f"{exe}: did not answer with its distributions (exit {code}): {said or 'no output'}") from None
     stack = Stack(source=f"the distributions installed in {data.get('executable', exe)}")
     stack.python = (py, f"{exe} is Python {py}")
     for name, version in sorted(dists.items()):

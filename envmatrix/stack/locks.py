@@ -14,6 +14,8 @@ from packaging.markers import InvalidMarker, Marker, UndefinedComparison, Undefi
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
+from probes import untrusted
+
 from ..errors import InputError, printable
 from .base import MAX_LOCK_BYTES, Stack, read_bounded
 
@@ -22,13 +24,19 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+_KINDS = {list: "an array", str: "a string", dict: "a table"}
 #: The Python minors a lock's requires-python is matched against, oldest first.
 PYTHONS = tuple(f"3.{minor}" for minor in range(8, 20))
 
 
 def load_toml(path: Path, what: str) -> tuple[dict[str, Any], str]:
-    """A TOML file within the lock bound, and its text (for line numbers); InputError naming the line otherwise."""
+    """A TOML file within the lock bounds (size, then nesting, key length and digits in one linear pass before tomllib
+    runs: probes/untrusted.py), and its text (for line numbers); InputError naming the line otherwise."""
     text = read_bounded(path, MAX_LOCK_BYTES, what)
+    try:
+        untrusted.toml_problem(text, path, untrusted.LOCK)
+    except untrusted.Refused as exc:
+        raise InputError(str(exc)) from None
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
@@ -45,16 +53,16 @@ def _line_in_message(message: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def table_line(text: str, header: str, index: int) -> int | None:
-    """The line of the `index`-th `[[header]]` table: where a problem in it is shown."""
-    seen = -1
-    pattern = re.compile(rf"^\s*\[\[\s*{re.escape(header)}\s*\]\]")
-    for number, line in enumerate(text.splitlines(), 1):
-        if pattern.match(line):
-            seen += 1
-            if seen == index:
-                return number
-    return None
+def table_lines(text: str, header: str) -> list[int]:
+    """The line of every `[[header]]` table, in order, found in one pass (where a problem in the n-th is shown)."""
+    pattern = re.compile(rf"^[ \t]*\[\[[ \t]*{re.escape(header)}[ \t]*\]\]", re.M)
+    lines: list[int] = []
+    last, count = 0, 1
+    for found in pattern.finditer(text):
+        count += text.count("\n", last, found.start())
+        last = found.start()
+        lines.append(count)
+    return lines
 
 
 def lowest_python(spec: str, where: str) -> str:
@@ -75,12 +83,19 @@ def _packages(path: Path, text: str, data: dict[str, Any], key: str) -> list[tup
     if not isinstance(entries, list):
         raise InputError(f"{path}: `{key}` must be an array of tables ([[{key}]])")
     out = []
+    lines = table_lines(text, key)  # one pass for every table (a lookup per table rescanned the text: quadratic)
     for i, entry in enumerate(entries):
-        where = f"{path}:{table_line(text, key, i) or '?'}"
+        where = f"{path}:{lines[i] if i < len(lines) else '?'}"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
             raise InputError(f"{where}: [[{key}]] #{i + 1} has no name")
         if "version" in entry and not isinstance(entry["version"], str):
-            raise InputError(f"{where}: {printable(entry['name'])}: version must be a string")
+            raise InputError(f"{where}: {printable(entry['name'])[:100]}: version must be a string")
+        for field, want in (("wheels", list), ("marker", str), ("source", dict), ("resolution-markers", list), ("sdist", dict)):
+            if field in entry and not isinstance(entry[field], want):
+                raise InputError(f"{where}: {printable(entry['name'])[:100]}: {field} must be {_KINDS[want]}, got {untrusted.kind_of(entry[field])}")
+        for j, wheel in enumerate(entry.get("wheels", [])):
+            if not isinstance(wheel, dict) or any(not isinstance(wheel.get(k, ""), str) for k in ("name", "url", "path")):
+                raise InputError(f"{where}: {printable(entry['name'])[:100]}: wheels[{j}] must be a table whose name, url and path are strings")
         out.append((where, entry))
     return out
 
@@ -175,7 +190,7 @@ def read_uv_lock(path: Path) -> Stack:
             continue
         markers = entry.get("resolution-markers")
         applies = not isinstance(markers, list) or _holds([m for m in markers if isinstance(m, str)], env)  # else another platform's fork
-        version = _with_local(entry["version"], [w.get("url", "") for w in entry.get("wheels", []) if isinstance(w, dict)])
+        version = _with_local(entry["version"], [str(w.get("url", "")) for w in entry.get("wheels", [])])
         if forks.keep(entry["name"], version, applies=applies):
             stack.add(entry["name"], version, where)
     if local:
@@ -193,7 +208,7 @@ def _python(path: Path, text: str, data: dict[str, Any]) -> tuple[str, str] | No
 
 
 def _wheel_names(wheels: Any) -> list[str]:
-    return [str(w.get("name") or w.get("url") or "") for w in wheels] if isinstance(wheels, list) else []
+    return [str(w.get("name") or w.get("url") or "") for w in wheels if isinstance(w, dict)] if isinstance(wheels, list) else []
 
 
 def _with_local(version: str, files: list[str]) -> str:

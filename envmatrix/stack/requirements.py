@@ -8,6 +8,7 @@ outside pip's internals parses. `${VAR}` is left as written: init does not read 
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -16,6 +17,8 @@ from urllib.parse import unquote, urlsplit
 from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from probes.untrusted import size_text
 
 from ..errors import InputError, printable
 from ..facts import pkgconstraints
@@ -100,14 +103,31 @@ class _Reader:
         self.files = 0
         self.named: set[str] = set()  # every package a requirement line names (constraints apply only to these)
         self.constraints: dict[str, tuple[str, str]] = {}  # name → (version, where): pins from -c files
+        self.done: set[tuple[str, bool]] = set()  # (real path, as constraints) of every file read: each is read once
+        self.bytes = 0  # read so far, every included file counted
+        self.chain: list[str] = []  # the files being read, outermost first (an include loop is one met again here)
 
     def read(self, path: Path, depth: int = 0, *, constraint: bool = False) -> None:
+        key = (os.path.realpath(path), constraint)
+        if key[0] in self.chain:
+            through = len(self.chain) - self.chain.index(key[0])
+            raise InputError(f"{path}: an include loop (it includes itself through {through} file(s)); a file included more than once in one chain")
+        if key in self.done:  # pip would apply the same lines again: they change nothing, so they are not re-read
+            return
+        self.done.add(key)
         self.files += 1
         if depth > MAX_INCLUDE_DEPTH or self.files > MAX_INCLUDED_FILES:
             raise InputError(f"{path}: included more than {MAX_INCLUDE_DEPTH} deep or more than {MAX_INCLUDED_FILES} files (an include loop?)")
         text = read_bounded(path, MAX_REQUIREMENTS_BYTES, "requirements file")
+        self.bytes += len(text)
+        if self.bytes > MAX_REQUIREMENTS_BYTES:
+            raise InputError(
+                f"{path}: the requirements file and the files it includes hold more than {size_text(MAX_REQUIREMENTS_BYTES)} together; is this the right file?"
+            )
+        self.chain.append(key[0])
         for number, line in logical_lines(text):
             self.line(path, number, line, depth, constraint)
+        self.chain.pop()
 
     def line(self, path: Path, number: int, line: str, depth: int, constraint: bool) -> None:
         where = f"{path}:{number}"
@@ -120,15 +140,18 @@ class _Reader:
         try:
             req = Requirement(requirement.strip())
         except InvalidRequirement as exc:
-            said = printable(str(exc).splitlines()[0] if str(exc) else "")[:200]
             hint = "; a URL line needs a wheel file name or #egg=NAME" if _BARE_URL.match(requirement.strip()) else ""
+            if depth:  # an included file's line is named, never quoted: `-r` can name any file, secrets included
+                raise InputError(f"{where}: not a requirement (an included file's lines are not quoted; open it at that line){hint}") from None
+            said = printable(str(exc).splitlines()[0] if str(exc) else "")[:200]
             raise InputError(f"{where}: {printable(requirement.strip()[:120])!r} is not a requirement: {said}{hint}") from None
         try:
             if req.marker is not None and not req.marker.evaluate():
                 self.stack.note(f"{where}: {req.name} left out: its marker ({req.marker}) is false for this interpreter", req.name)
                 return
         except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName) as exc:
-            raise InputError(f"{where}: the marker of {req.name} cannot be evaluated: {exc}") from None
+            said = f": {printable(str(exc))[:160]}" if depth == 0 else ""
+            raise InputError(f"{where}: the marker of {req.name} cannot be evaluated{said}") from None
         if not constraint:
             self.named.add(canonicalize_name(req.name))
         if req.url:
@@ -189,7 +212,7 @@ class _Reader:
         try:
             words = shlex.split(line, comments=False)
         except ValueError as exc:
-            raise InputError(f"{where}: cannot read the options: {exc}") from None
+            raise InputError(f"{where}: cannot read the options: {exc}") from None  # shlex says what is wrong, never the text
         i = 0
         while i < len(words):
             word = words[i]
@@ -201,9 +224,8 @@ class _Reader:
                 continue
             kind = VALUED.get(flag) or next((VALUED[k] for k in ("-r", "-c", "-i", "-f", "-e") if flag.startswith(k) and len(flag) > 2 and not eq), None)
             if kind is None:
-                raise InputError(
-                    f"{where}: unknown option {printable(flag)!r}; a requirements file takes pip's options (-r, -c, -i, --extra-index-url, -f, ...)"
-                )
+                said = f"unknown option {printable(flag)[:40]!r}" if depth == 0 else "an unknown option (an included file's lines are not quoted)"
+                raise InputError(f"{where}: {said}; a requirements file takes pip's options (-r, -c, -i, --extra-index-url, -f, ...)")
             if not eq and flag in VALUED:
                 if i + 1 >= len(words):
                     raise InputError(f"{where}: {flag} needs a value")

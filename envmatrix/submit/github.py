@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from ..share.statement import TEST_RESULT
-from . import LONGEST_MINUTES, Fanout, GpuJob, WatchJob, issue_script, quote
+from . import LONGEST_MINUTES, Fanout, GpuJob, WatchJob, issue_script, propose_step, quote
 
 #: Sets the step output `available` to whether the job can mint an OIDC token (GitHub sets this variable only then).
 OIDC_CHECK = (
@@ -204,12 +204,12 @@ def watch_workflow(job: WatchJob) -> dict[str, Any]:
         save_step(f"watch-{job.profile}-{job.gpu.lower()}", f"{job.reports}/results"),
         {"name": "fail on a regression", "if": "steps.watch.outputs.status == '1'", "run": "exit 1"},
     ]
-    return {
+    return propose_step.with_pull_request(job, {
         "name": f"envmatrix watch {job.profile}",
         "on": {"schedule": [{"cron": job.schedule}], "workflow_dispatch": None},
         "permissions": {"contents": "read", "issues": "write"},
         "jobs": {"watch": {"runs-on": list(job.target.labels), "timeout-minutes": 720, "steps": steps}},
-    }
+    })  # fmt: skip
 
 
 def render_watch(job: WatchJob) -> str:

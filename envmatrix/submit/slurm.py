@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import Fanout, GpuJob, SubmitError, WatchJob, issue_script, quote
+from . import Fanout, GpuJob, SubmitError, WatchJob, issue_script, propose_step, quote
 
 SHARD = "@SHARD@"
 #: The report job reads records and writes HTML: minutes, one core, a few GB (a partition's default time may be shorter).
@@ -143,6 +143,7 @@ def watch_files(job: WatchJob, *, folder: str, cwd: str, python: str = sys.execu
         _envmatrix(python, job.argv()),
         "status=$?",
         f"if [ -f {quote([job.summary])} ]; then cat {quote([job.summary])}; fi",
+        *propose_step.slurm_lines(job),  # watch --propose wrote the proposed file beside the summary
         'if [ "$status" = 1 ] && command -v gh >/dev/null 2>&1 && [ -n "${GH_REPO:-}" ]; then',
         issue_script(job),
         "fi",

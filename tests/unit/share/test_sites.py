@@ -17,7 +17,7 @@ from records_factory import make_record
 from site_servers import serve_folder
 
 from envmatrix.cli import main
-from envmatrix.errors import InputError
+from envmatrix.errors import InputError, OutputError
 from envmatrix.outputs.lock import envmatrix_table, pylock_toml
 from envmatrix.outputs.vetting import vetted_environments
 from envmatrix.records.provenance import Merged, Provenance, Sourced
@@ -112,7 +112,7 @@ def test_publish_unsigned_replaces_an_earlier_site_and_refuses_a_folder_that_is_
     assert not (site / "records" / "stale.json").exists()
     assert all(e["attestation"] is None for e in json.loads((site / "index.json").read_text())["records"])
     assert not (site / "key.pub").exists()
-    with pytest.raises(InputError, match="not a site envmatrix published"):
+    with pytest.raises(OutputError, match="a folder envmatrix did not write"):
         publish([folder], tmp_path / "runnerA", None, print)  # would have replaced the runner's own folder
     assert (tmp_path / "runnerA" / "results").is_dir()
     with pytest.raises(InputError, match="nothing to publish"):
