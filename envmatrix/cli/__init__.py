@@ -9,20 +9,12 @@ from collections.abc import Callable, Sequence
 
 from .. import __version__
 from ..errors import EnvmatrixError, OutputError
-<<<<<<< HEAD
-from . import bisect, catalog, classify, doctor, golden, gpucheck, images, init, lock, plan, preflight, probe, publish, report, run, submit, watch
-=======
-from . import bisect, catalog, check, classify, doctor, golden, gpucheck, init, lock, plan, preflight, probe, publish, report, run, submit, watch
->>>>>>> check
+from . import bisect, catalog, check, classify, doctor, golden, gpucheck, images, init, lock, plan, preflight, probe, publish, report, run, submit, watch
 from .exits import EXIT_BROKEN_PIPE, drop_stdout, os_problem, print_error
 
 Handler = Callable[[argparse.Namespace], int]
 #: The commands in the order `envmatrix --help` lists them; each module has `add_parser(sub)` and `handle(args)`.
-<<<<<<< HEAD
-COMMANDS = (plan, run, submit, report, publish, golden, lock, catalog, classify, probe, bisect, doctor, preflight, gpucheck, init, watch, images)
-=======
-COMMANDS = (plan, run, submit, report, publish, golden, lock, check, catalog, classify, probe, bisect, doctor, preflight, gpucheck, init, watch)
->>>>>>> check
+COMMANDS = (plan, run, submit, report, publish, golden, lock, check, catalog, classify, probe, bisect, doctor, preflight, gpucheck, init, watch, images)
 
 
 def build_parser() -> argparse.ArgumentParser:
