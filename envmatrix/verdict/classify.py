@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -40,6 +40,7 @@ class RunFacts:
     metrics: tuple[dict[str, Any], ...] = ()
     timed_out: bool = False
     build_failed: str | None = None
+    installed: Mapping[str, str] = field(default_factory=dict)  # the environment's freeze (distribution -> version), where known
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -276,6 +277,9 @@ def _api_mismatch(f: RunFacts) -> str | None:
     found = evidence.strong(f.scan, Outcome.API_MISMATCH)
     if found is not None:
         return evidence.quote(found) + said
+    hit = f.scan.first(Outcome.API_MISMATCH)  # a known mismatch the engines' table names (facts/enginefailures.py)
+    if hit is not None:
+        return hit.quote() + said
     last = evidence.last_exception(f.scan)
     if last is not None and last.outcome in (Outcome.ERROR, Outcome.ENGINE_ERROR):
         packages = {fr.package for fr in last.raised.frames}
@@ -400,7 +404,9 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
         return engine_remedy(variant)
     if outcome == Outcome.ENGINE_ERROR and (layer := remedies.engine(facts.scan)) is not None:
         return layer
-    if outcome == Outcome.API_MISMATCH and (said := remedies.api_mismatch(facts.scan)) is not None:
+    if outcome == Outcome.API_MISMATCH and (variant := facts.scan.first_variant(Outcome.API_MISMATCH)) is not None:
+        return engine_remedy(variant)
+    if outcome == Outcome.API_MISMATCH and (said := remedies.api_mismatch(facts.scan, facts.installed)) is not None:
         return said
     if outcome == Outcome.UNSUPPORTED_GPU and (lacking := remedies.unsupported_gpu(facts.scan)) is not None:
         return lacking

@@ -27,7 +27,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p)
     for p in (
         r"[│┃║╎]",  # rich's traceback box (its right edge is removed with the trailing spaces)
-        r"\[[^\]\n]{0,120}\]:?",  # [rank0]: [E ProcessGroupNCCL.cpp:607] [2025-03-19 20:57:00,771 E 1 1] [engine.py:187]
+        # [rank0]: [E ProcessGroupNCCL.cpp:607] [2025-03-19 20:57:00,771 E 1 1] [engine.py:187]; not a notebook's linked frame
+        r"\[(?![^\]\n]{0,120}\.py\]\()[^\]\n]{0,120}\]:?",
         r"【[^】\n]{0,60}】",
         r"\((?:[\w.:-]+)(?:,?\s+[\w.-]+=[^\s,)]{1,60}){1,4}\)",  # (WorkerDict pid=2716276) (VllmWorker rank=0 pid=12)
         r"\((?:pid|rank)=\d+\)",

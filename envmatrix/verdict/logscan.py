@@ -72,7 +72,7 @@ SIGNATURES: dict[str, str] = {
     "unknown_model:auto": r"has model type `[\w.-]+` but Transformers does not recognize this architecture",
     "unknown_model:unrecognized": r"Unrecognized model in \S+\. Should have a `model_type` key",
     # the training engines' own failures (DeepSpeed ZeRO, FSDP, accelerate): facts/enginefailures.py owns them
-    **{f"engine_error:{name}": failure.pattern for name, failure in ENGINE_FAILURES.items()},
+    **{f"{failure.outcome}:{name}": failure.pattern for name, failure in ENGINE_FAILURES.items()},
     # a module or library that is not installed (or lacks a name): the evidence names it, the context the importer
     "missing_module:not_found": r"No module named '?[A-Za-z_][\w.]*'?",
     "missing_module:requires_library": r"requires\s+the\s+\S+\s+library\s+but\s+it\s+was\s+not\s+found\s+in\s+your\s+envir\w*",  # 3.x: 'enviromnent'
@@ -171,7 +171,7 @@ _STRUCT = (
     rb"|terminate called after throwing an instance of"
     rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
-    rb"|\.py:\d+ in \w+|\.py: *" + "│".encode()
+    rb"|\.py:\d+ in \w+|\.py: *" + "│".encode() + rb"|\.py\\?\", line \d+|\.py\]?(?:\([^)\n]{0,200}\))? in [\w<]"
 )
 # a metrics table's header (a notebook's Trainer output, markdown or columns): `Step | Training Loss | reward_std | …`
 _TABLE = rb"(?mi)^[ \t|>]*step[ \t]*(?:\||\t|  )[^\n]*(?:loss|reward|grad[ _]norm)[^\n]*$"
