@@ -144,7 +144,7 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
         resolved = resolve(owner, caller=asker, installed=installed, around=near) if owner else Resolved("", f"{name} names no class or function")
     callee = resolved.dist
     caller, caller_reason = _caller(kind, frames, dists, callee)
-    if caller == callee and raised.headless:
+    if caller == callee and raised.headless and kind != "attribute":  # an attribute's asker is printed; a call's may be cut
         caller, caller_reason = "", f"every frame printed is {callee}'s own code, and the excerpt starts after the caller's frames"
     return Boundary(kind, name, member, caller, caller_reason, callee, resolved.reason, resolved.candidates)
 

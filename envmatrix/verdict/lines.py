@@ -46,6 +46,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
         r"[\w.-]{1,80}/\d{1,5}(?=\s+\[)",  # `B-nemo-ft3/0 [default1]:`
         r"[\w.-]{1,80}\s{1,8}\|(?=\s)",  # docker compose: `gemma-vllm-server  | `
         r">+(?=\s)",  # a quoted reply
+        r"\*\*(?=[A-Za-z_])",  # markdown bold around a line a user pasted (`**TypeError: …**`); its closing `**` goes too
         r"[\w.-]{1,80}:\d+:\d+\s+\[\d+\]",  # NCCL's own logger: `host:pid:tid [cudaDev] NCCL INFO …`
     )
 )
@@ -80,6 +81,8 @@ def clean(raw: str) -> Logical:
         logged = logged or _LOGGED.search(m.group(0)) is not None
         text = stripped[m.end() :]
     body = text.lstrip()
+    if body.endswith("**") and raw.lstrip().startswith("**"):
+        body = body[:-2].rstrip()
     return Logical(body, "/".join(stream), len(text) - len(body), logged)
 
 

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping
 
-from ..facts import catalog, errorcodes
+from ..facts import catalog, enginefailures, errorcodes
 from .boundary import Boundary
 from .boundary import of as boundary_of
 from .evidence import Range, engine_layer, fallback, last_exception, ranges, strong
@@ -107,6 +107,8 @@ def engine(scan: LogScan) -> str | None:
     """A new failure inside an engine: that layer's own remedy."""
     judged = fallback(scan) or last_exception(scan)
     layer = engine_layer(judged) if judged is not None else None
+    if layer is None and (start := scan.hits.get("notice:engine_start")) is not None:
+        layer = enginefailures.layer_named(start.line)
     return layer.remedy if layer is not None else None
 
 
@@ -149,16 +151,22 @@ def unsupported_gpu(scan: LogScan) -> str | None:
     texts += [hit.line] if hit else []
     text = " ".join(texts)
     cc = gpu_capability(text)
-    if cc is None:
-        return None
+    if cc is None:  # a refusal that names what it cannot run but not the GPU (`Your setup doesn't support bf16/gpu`)
+        named = [(need, why) for need, (_, why) in catalog.NEEDS.items() if re.search(_need_word(need), text, re.I)]
+        if not named:
+            return None
+        said = "; ".join(f"{why}: {_INSTEAD[need]}" for need, why in named)
+        return f"this GPU, or this torch and CUDA, cannot run what was asked; {said}; or run on a newer GPU with a torch built for its CUDA"
     lacking = [(need, why) for need, (needed, why) in catalog.NEEDS.items() if cc < needed and re.search(_need_word(need), text, re.I)]
     lacking = lacking or [(need, why) for need, (needed, why) in catalog.NEEDS.items() if cc < needed][:2]
     if not lacking:
         return None
-    instead = {"bf16": "train in fp16 (with loss scaling) or fp32", "FlashAttention-2": "use attn_implementation='sdpa'",
-               "FlashAttention-3": "use FlashAttention-2 or sdpa", "fp8": "train in bf16 or fp16"}  # fmt: skip
-    said = "; ".join(f"{why}: {instead[need]}" for need, why in lacking)
+    said = "; ".join(f"{why}: {_INSTEAD[need]}" for need, why in lacking)
     return f"this GPU has compute capability {cc[0]}.{cc[1]}; {said}; or run on a newer GPU"
+
+
+_INSTEAD = {"bf16": "train in fp16 (with loss scaling) or fp32", "FlashAttention-2": "use attn_implementation='sdpa'",
+            "FlashAttention-3": "use FlashAttention-2 or sdpa", "fp8": "train in bf16 or fp16"}  # fmt: skip
 
 
 def _need_word(need: str) -> str:
@@ -173,8 +181,9 @@ def divergence(scan: LogScan, metrics: tuple[dict[str, object], ...]) -> str | N
         if values and not all(math.isfinite(float(v)) for v in values):  # type: ignore[arg-type]
             break
         healthy += bool(values)
-    if not metrics and scan.nonfinite is not None:
-        at = scan.nonfinite.line_no
+    reported = scan.nonfinite or scan.first("nan_loss")  # a value, else a trainer's notice (`grad norm is not finite`)
+    if not metrics and reported is not None:
+        at = reported.line_no
         healthy = sum(1 for v, h in scan.metrics.get("grad_norm", []) if h.line_no < at and math.isfinite(v))
     if healthy < DIVERGED_AFTER:
         return None

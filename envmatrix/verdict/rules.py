@@ -90,7 +90,7 @@ VOCABULARY: dict[str, Callable[[], str]] = {
         r"out of memory|\bOOM\b|not enough (?:\w+ )?memory|insufficient (?:\w+ )?memory|no (?:available|free) memory|ran out of memory"
         r"|memory (?:is )?exhausted|running low on memory|low on memory|cannot allocate memory|failed to allocate (?:\w+ )?memory"
         r"|memory allocation (?:of [\d,]+ bytes )?failed|(?:kv cache|cache blocks)[^\n]{0,80}(?:too small|not enough|insufficient|exceed|larger than)"
-        r"|(?:larger|more) than[^\n]{0,80}(?:kv cache|cache blocks|available memory)"
+        r"|(?:larger|more) than[^\n]{0,80}(?:kv cache|cache blocks|available memory)|free memory[^\n]{0,160}(?:less than|lower than)"
     ),
     "driver_old": lambda: (
         r"driver[^\n]{0,80}(?:too old|is insufficient|older than|not supported|mismatch|requires? (?:a )?newer|update (?:your|the))"

@@ -233,7 +233,7 @@ class Reader:
         if not text:
             st.value_lines = 0
             return False
-        if text.startswith(_TRACEBACK):
+        if text.lstrip("`'\"").startswith(_TRACEBACK):  # also inside a quote a user pasted it in
             st.value_lines = 0
             st.frames, st.in_traceback, st.after_frame, st.fatal, st.headless = [], True, False, None, False
             return True
