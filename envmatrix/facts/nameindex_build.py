@@ -83,12 +83,12 @@ def _requires(path: Path) -> set[str]:
 
 
 def _members(path: Path) -> Iterator[tuple[str, bytes]]:
-    """(path inside the installed tree, source) of each .py file in a wheel or a source archive."""
+    """(path inside the installed tree, source) of each .py file (and .pyi stub) in a wheel or a source archive."""
     if path.suffix == ".whl":
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
-                if info.filename.endswith(".py") and ".data/" not in info.filename.split("/")[0]:
-                    yield info.filename, zf.read(info)
+                if info.filename.endswith((".py", ".pyi")) and ".data/" not in info.filename.split("/")[0]:
+                    yield info.filename.removesuffix("i"), zf.read(info)  # a compiled package's stubs name its API
         return
     with tarfile.open(path) as tf:
         for member in tf:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from ..facts import catalog, enginefailures, errorcodes
+from ..facts.nameindex import canonical
+from ..records.record import Record
 from .boundary import Boundary
 from .boundary import of as boundary_of
 from .evidence import Range, engine_layer, fallback, last_exception, ranges, strong
-from .logscan import LogScan
+from .logscan import LogScan, scan_text
 from .rules import Judged
 
 
@@ -196,3 +199,36 @@ def divergence(scan: LogScan, metrics: tuple[dict[str, object], ...]) -> str | N
 
 #: Healthy logged steps before a NaN that make it a divergence rather than a failure from the start.
 DIVERGED_AFTER = 3
+
+
+#: The largest cell log read whole for its boundary (a bigger one is read from the tail its record keeps).
+LOG_BYTES = 64 << 20
+
+
+def freeze_versions(freeze: Iterable[str]) -> dict[str, str]:
+    """`name==version` freeze lines as distribution -> version (names as the name index spells them)."""
+    out: dict[str, str] = {}
+    for line in freeze:
+        name, sep, version = line.partition("==")
+        if sep and name.strip() and version.strip():
+            out[canonical(name.strip())] = version.strip()
+    return out
+
+
+def of_log(text: str | bytes, installed: Mapping[str, str] | None = None) -> Boundary | None:
+    """The boundary of the API mismatch a whole log shows (a matrix cell's, for watch and bisect), or None."""
+    scan = scan_text(text)
+    judged = strong(scan, "api_mismatch")
+    return of_scan(scan, judged, installed or {}) if judged is not None else None
+
+
+def of_record(record: Record) -> Boundary | None:
+    """The boundary of the API mismatch a cell's record shows: its whole log where the file is still there, else the tail
+    the record keeps; the cell's own freeze resolves a name several packages define."""
+    if record.outcome.outcome != "api_mismatch":
+        return None
+    text: str | bytes = record.log.tail
+    path = Path(record.log.path) if record.log.path else None
+    if path is not None and path.is_file() and path.stat().st_size <= LOG_BYTES:
+        text = path.read_bytes()
+    return of_log(text, freeze_versions(record.build.pins() if record.build else ()))

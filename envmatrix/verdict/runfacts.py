@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..facts.nameindex import canonical
 from ..records.probe_result import read_probe_result
 from .classify import RunFacts
+from .remedies import freeze_versions
 from .logscan import scan_stream
 
 
@@ -28,16 +28,6 @@ def read_metrics(path: Path) -> tuple[dict[str, Any], ...]:
         if isinstance(row, dict):
             rows.append(row)
     return tuple(rows)
-
-
-def installed(freeze: Iterable[str]) -> dict[str, str]:
-    """`name==version` freeze lines as distribution -> version (names as the name index spells them)."""
-    out: dict[str, str] = {}
-    for line in freeze:
-        name, sep, version = line.partition("==")
-        if sep and name.strip() and version.strip():
-            out[canonical(name.strip())] = version.strip()
-    return out
 
 
 def gather(
@@ -62,5 +52,5 @@ def gather(
         metrics=read_metrics(out_dir / "metrics.jsonl") if out_dir else (),
         timed_out=timed_out,
         build_failed=build_failed,
-        installed=installed(freeze),
+        installed=freeze_versions(freeze),
     )

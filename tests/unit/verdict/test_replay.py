@@ -16,7 +16,7 @@ import pytest
 from envmatrix.records.probe_result import ProbeResult
 from envmatrix.verdict.classify import RunFacts, classify
 from envmatrix.verdict.logscan import scan_text
-from envmatrix.verdict.runfacts import installed
+from envmatrix.verdict.remedies import freeze_versions
 
 RECORDS = Path(__file__).resolve().parents[2] / "data" / "matrix-records" / "cpu-profile-f667aff.jsonl.gz"
 #: Cells whose class changes by design, each with why. The vLLM cell's `AttributeError: 'Parameter' object has no
@@ -51,7 +51,7 @@ def test_a_cell_keeps_its_class(cell: dict[str, Any]) -> None:
         probe=ProbeResult.parse(record["result"]) if record["result"] else None,
         metrics=tuple(record["metrics"]),
         timed_out=bool(record["timed_out"]),
-        installed=installed(((record.get("environment") or {}).get("build") or {}).get("freeze") or ()),
+        installed=freeze_versions(((record.get("environment") or {}).get("build") or {}).get("freeze") or ()),
     )
     verdict = classify(facts)
     was, now = CHANGED.get(record["cell"]["id"], (record["outcome"]["class"], record["outcome"]["class"]))
