@@ -9,8 +9,8 @@ from typing import Any
 
 from ..records.probe_result import read_probe_result
 from .classify import RunFacts
-from .remedies import freeze_versions
 from .logscan import scan_stream
+from .remedies import freeze_versions
 
 
 def read_metrics(path: Path) -> tuple[dict[str, Any], ...]:

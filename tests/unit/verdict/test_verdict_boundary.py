@@ -80,7 +80,8 @@ SP = "/v/lib/python3.11/site-packages"
 
 def test_a_call_an_argument_error_is_raised_at_reads_the_last_frame_as_the_caller() -> None:
     """Raised at the call, before the callee has a frame: the last frame called; the callee is the name in the message."""
-    log = frames(("/home/me/t.py", "<module>"), (f"{SP}/transformers/trainer.py", "__init__"), exc="TypeError: Accelerator.__init__() got an unexpected keyword argument 'x'")
+    exc = "TypeError: Accelerator.__init__() got an unexpected keyword argument 'x'"
+    log = frames(("/home/me/t.py", "<module>"), (f"{SP}/transformers/trainer.py", "__init__"), exc=exc)
     b = of(scan_text(log).raised[-1])
     assert b is not None and (b.caller, b.callee, b.member) == ("transformers", "accelerate", "x")
 
@@ -155,7 +156,10 @@ def test_bisect_says_what_broke_from_a_real_cell_of_the_matrix(tmp_path: Path) -
 
 
 def test_the_upgrade_order_says_the_named_caller_was_tried_first() -> None:
-    tries = [Try({"transformers": "5.0.0", "peft": "0.18.0"}, "api_mismatch", {"peft": "ok"}), Try({"transformers": "5.0.0", "trl": "1.16.0"}, "api_mismatch", {})]
+    tries = [
+        Try({"transformers": "5.0.0", "peft": "0.18.0"}, "api_mismatch", {"peft": "ok"}),
+        Try({"transformers": "5.0.0", "trl": "1.16.0"}, "api_mismatch", {}),
+    ]
     text, works = order_text("transformers", "trl-grpo", tries, "api_mismatch", "peft")
     assert not works and "peft, the caller the verdict names, was tried first: api_mismatch" in text
     tries[0] = Try({"transformers": "5.0.0", "peft": "0.18.0"}, "ok", {"peft": "ok"})
