@@ -24,7 +24,8 @@ from collections import Counter
 from io import BytesIO
 from pathlib import Path
 
-from envmatrix.facts.nameindex import canonical
+from envmatrix.facts.modules import STACK
+from envmatrix.facts.nameindex import canonical, index
 from envmatrix.verdict.classify import RunFacts, classify
 from envmatrix.verdict.evidence import strong
 from envmatrix.verdict.logscan import LogScan, scan_stream
@@ -59,7 +60,7 @@ def sides(folder: Path) -> dict[str, tuple[str, str]]:
     out = {}
     for line in lines[1:]:
         cells = line.split("\t")
-        if len(cells) > max(at, ee) and (cells[at].strip() or cells[ee].strip()):
+        if len(cells) > max(at, ee) and (cells[at].strip(" -") or cells[ee].strip(" -")):
             out[cells[0]] = (cells[at].strip(), cells[ee].strip())
     return out
 
@@ -73,10 +74,14 @@ def boundary(scan: LogScan) -> tuple[str, str]:
     return ("your code" if crossed.caller == "user" else crossed.caller), crossed.callee
 
 
-def same(said: str, expected: str) -> bool:
-    """One side as the reader wrote it (`your code`, `user`, a distribution or import name, `a or b`) and the verdict's."""
-    names = {canonical(n.strip()) for n in expected.replace(" or ", "/").replace(",", "/").split("/") if n.strip()}
+def same(said: str, expected: str, *, own_project: bool = False) -> bool:
+    """One side as the reader wrote it (`your code`, `user`, a distribution or import name, `a or b`) and the verdict's.
+    `own_project`: a caller the verdict calls `your code` counts as the reader's name for it when that name is no
+    distribution the name index knows (a project run from its own checkout: the log shows a path, not a package)."""
+    names = {canonical(n.strip()) for n in expected.split("(")[0].replace(" or ", "/").replace(",", "/").split("/") if n.strip()}
     names |= {"your-code"} if names & {"user", "user-code", "your-code", "script"} else set()
+    if own_project and said == "your code" and names and not names & (set(index().releases) | {canonical(n) for n in STACK}):
+        return True
     return canonical(said or "-") in names or (not said and not names)
 
 
@@ -102,7 +107,8 @@ def score(folder: Path = HELDOUT) -> tuple[int, int, list[Row]]:
 
 _OLD = """
 import json, sys
-from envmatrix.facts.nameindex import canonical
+from envmatrix.facts.modules import STACK
+from envmatrix.facts.nameindex import canonical, index
 from envmatrix.verdict.classify import RunFacts, classify
 from envmatrix.verdict.evidence import strong
 from envmatrix.verdict.logscan import LogScan, scan_stream
@@ -156,8 +162,9 @@ def main() -> int:
                     print(f"    MISS {name}: expected {expected}, got {got}: {evidence}")
         both = score_sides(folder)
         if both:
-            right = [n for n, (ec, ee), (gc, ge) in both if same(gc, ec) and same(ge, ee)]
-            print(f"    caller and callee named, right way round: {len(right)}/{len(both)}")
+            strict = [n for n, (ec, ee), (gc, ge) in both if same(gc, ec) and same(ge, ee)]
+            right = [n for n, (ec, ee), (gc, ge) in both if same(gc, ec, own_project=True) and same(ge, ee)]
+            print(f"    caller and callee named, right way round: {len(right)}/{len(both)}; {len(strict)} when `your code` does not count for a user's own project)")
             for name, (ec, ee), (gc, ge) in both:
                 if name not in right and args.misses:
                     print(f"    SIDES {name}: expected {ec} -> {ee}, got {gc or '?'} -> {ge or '?'}")
