@@ -164,7 +164,8 @@ def main() -> int:
         if both:
             strict = [n for n, (ec, ee), (gc, ge) in both if same(gc, ec) and same(ge, ee)]
             right = [n for n, (ec, ee), (gc, ge) in both if same(gc, ec, own_project=True) and same(ge, ee)]
-            print(f"    caller and callee named, right way round: {len(right)}/{len(both)}; {len(strict)} when `your code` does not count for a user's own project)")
+            strictly = f"{len(strict)} when `your code` does not count for a user's own project"
+            print(f"    caller and callee named, right way round: {len(right)}/{len(both)}; {strictly}")
             for name, (ec, ee), (gc, ge) in both:
                 if name not in right and args.misses:
                     print(f"    SIDES {name}: expected {ec} -> {ee}, got {gc or '?'} -> {ge or '?'}")
