@@ -107,12 +107,8 @@ def score(folder: Path = HELDOUT) -> tuple[int, int, list[Row]]:
 
 _OLD = """
 import json, sys
-from envmatrix.facts.modules import STACK
-from envmatrix.facts.nameindex import canonical, index
 from envmatrix.verdict.classify import RunFacts, classify
-from envmatrix.verdict.evidence import strong
-from envmatrix.verdict.logscan import LogScan, scan_stream
-from envmatrix.verdict.remedies import of_scan
+from envmatrix.verdict.logscan import scan_stream
 out = {}
 for path in sys.argv[1:]:
     with open(path, "rb") as fh:

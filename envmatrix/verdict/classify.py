@@ -455,6 +455,12 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
         missing = read_missing(hit.line, hit.context)
         if missing is not None:
             return missing_remedy(missing)
+    if outcome == Outcome.OOM and facts.scan.first_variant(Outcome.OOM) == "free_memory":
+        return (
+            "the engine found less free GPU memory at start-up than its gpu_memory_utilization asks for: lower "
+            "gpu_memory_utilization (TRL's vllm_gpu_memory_utilization, verl's rollout.gpu_memory_utilization), or free what other "
+            "processes on the GPU hold (a colocated trainer, a previous engine that did not exit)"
+        )
     if outcome == Outcome.ZERO_GRAD and _zero_untied(facts):
         return (
             "the gradient is zero although rewards differ within groups, so the advantages are not zero: the loss does not reach "
