@@ -105,7 +105,7 @@ SIGNATURES: dict[str, str] = {
     "oom:killer": r"oom-kill event|Out of memory: Kill(?:ed)? process|invoked oom-killer|OOMKilled|running low on memory",
     # NCCL's own allocation failing, and an engine refusing to start on the free memory it found (vLLM)
     "oom:nccl": r"NCCL WARN Cuda failure '?out of memory",
-    "oom:free_memory": r"Free memory on device[^\n]{0,160}(?:less than|lower than|not enough)",
+    "oom:free_memory": r"Free memory on device[^\n]*(?:less than|lower than|not enough)",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
     "grad_lost:element0": r"element\s+0\s+of\s+(?:tensors|variables)\s+does\s+not\s+require\s+grad",  # 'variables': torch < 1.0
@@ -118,7 +118,7 @@ SIGNATURES: dict[str, str] = {
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
     "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore)",
     # a trainer's or engine's own notice that the gradient norm is not finite (a clip that raised, a skipped step's report)
-    "nan_loss:grad_norm": r"(?i:grad(?:ient)?[ _]norm\s+(?:is|was|became|of [^\n]{0,40} is)\s+(?:not\s+finite|non-?finite|nan|inf)\b"
+    "nan_loss:grad_norm": r"(?i:grad(?:ient)?[ _]norm\s+(?:is|was|became)\s+(?:not\s+finite|non-?finite|nan|inf)\b"
     r"|non-?finite\s+(?:grad(?:ient)?s?\s+norm|grad(?:ient)?[ _]norm)|for gradients from `parameters` is non-finite"
     r"|(?:nan|inf)\s+(?:found|detected)\s+in\s+(?:the\s+)?(?:local\s+)?grad(?:ient)?s?\b)",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
@@ -129,7 +129,7 @@ SIGNATURES: dict[str, str] = {
     "nccl_error:failed": r"Some NCCL operations have failed or timed out",
     # NCCL's own WARN / ERROR lines that name a failure (a socket closed, a broken pipe, a remote error through the proxy);
     # its harmless WARN lines (a missing plugin, iommu advice) name none of these
-    "nccl_error:warn": r"NCCL (?:WARN|ERROR)\b[^\n]{0,240}?(?i:error|failed\s*:|failure|closed|broken pipe|reset by peer|refused"
+    "nccl_error:warn": r"NCCL (?:WARN|ERROR)\b[^\n]*(?i:error|failed\s*:|failure|closed|broken pipe|reset by peer|refused"
     r"|timed? ?out|truncated|abort|unhandled|mismatch|unreachable)",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
