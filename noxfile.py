@@ -121,3 +121,12 @@ def probe(session: nox.Session) -> None:
     """Run the probe in a fresh CPU environment: nox -s probe -- [--scenario NAME] [--json]."""
     session.install("-e", ".", *PROBE_DEPS, *cpu_torch_install_args(CPU_TORCH), env=COMPILE)
     session.run("envmatrix", "probe", *session.posargs)
+
+
+@nox.session(default=False)
+def nameindex(session: nox.Session) -> None:
+    """Regenerate envmatrix/facts/nameindex.json from the stack's releases (wheels read with ast, never installed)."""
+    # pip downloads the releases; the CPU torch and setuptools prepare DeepSpeed's and flash-attn's sdist metadata
+    install_once(session, "-e", ".", "pip", "setuptools", "wheel", "packaging", *cpu_torch_install_args(CPU_TORCH))
+    folder = Path(session.create_tmp()) / "nameindex-wheels"
+    session.run("python", "-m", "envmatrix.facts.nameindex_build", "--download", str(folder), *session.posargs)

@@ -5,8 +5,11 @@ is now; per class; and every miss with the class given and its evidence.
     python bench/bench_heldout.py [--before COMMIT] [--misses] [FOLDER...]
 
 Sets: tests/data/heldout-logs-2 (gathered 2026-11-25, before the rebuild), tests/data/heldout-logs (the first held-out
-set), tests/data/real-logs (the tuning corpus), tests/data/heldout-logs-3 (gathered 2026-11-27, after the rebuild).
-A folder holds `*.log` files and an INDEX.tsv whose first two columns are the file and its expected class.
+set), tests/data/real-logs (the tuning corpus), tests/data/heldout-logs-3 (gathered 2026-11-27, after the rebuild),
+tests/data/heldout-logs-4 (gathered 2026-11-28 for issue 41, where present).
+A folder holds `*.log` files and an INDEX.tsv whose first two columns are the file and its expected class. Where the
+INDEX has `caller` and `callee` columns, each API mismatch's boundary is scored too: both sides named, in the right
+direction (the verdict's caller and callee, verdict/boundary.py, against the reader's).
 """
 
 from __future__ import annotations
@@ -21,15 +24,21 @@ from collections import Counter
 from io import BytesIO
 from pathlib import Path
 
+from envmatrix.facts.modules import STACK
+from envmatrix.facts.nameindex import canonical, index
 from envmatrix.verdict.classify import RunFacts, classify
-from envmatrix.verdict.logscan import scan_stream
+from envmatrix.verdict.evidence import strong
+from envmatrix.verdict.logscan import LogScan, scan_stream
+from envmatrix.verdict.remedies import of_scan
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 HELDOUT = DATA / "heldout-logs-2"
 #: The third held-out set (gathered 2026-11-27 by readers who never saw the classifier).
 HELDOUT_3 = DATA / "heldout-logs-3"
-SETS = (HELDOUT, DATA / "heldout-logs", DATA / "real-logs", HELDOUT_3)
+#: The fourth (gathered 2026-11-28 for issue 41, with the caller and callee of each API mismatch).
+HELDOUT_4 = DATA / "heldout-logs-4"
+SETS = (HELDOUT, DATA / "heldout-logs", DATA / "real-logs", HELDOUT_3, *((HELDOUT_4,) if HELDOUT_4.is_dir() else ()))
 #: The classifier before issue 32 (wordings only).
 BEFORE = "f667aff"
 
@@ -39,6 +48,50 @@ Row = tuple[str, str, str, str]  # file, expected, got, evidence
 def cases(folder: Path) -> list[tuple[str, str]]:
     lines = (folder / "INDEX.tsv").read_text().splitlines()[1:]
     return [(line.split("\t")[0], line.split("\t")[1]) for line in lines if line.strip()]
+
+
+def sides(folder: Path) -> dict[str, tuple[str, str]]:
+    """The reader's (caller, callee) of each log whose INDEX names them (columns `caller` and `callee`)."""
+    lines = (folder / "INDEX.tsv").read_text().splitlines()
+    head = lines[0].split("\t")
+    if "caller" not in head or "callee" not in head:
+        return {}
+    at, ee = head.index("caller"), head.index("callee")
+    out = {}
+    for line in lines[1:]:
+        cells = line.split("\t")
+        if len(cells) > max(at, ee) and (cells[at].strip(" -") or cells[ee].strip(" -")):
+            out[cells[0]] = (cells[at].strip(), cells[ee].strip())
+    return out
+
+
+def boundary(scan: LogScan) -> tuple[str, str]:
+    """The verdict's (caller, callee) of the API mismatch a log shows ('your code' for the user's own), ('', '') if none."""
+    judged = strong(scan, "api_mismatch")
+    crossed = of_scan(scan, judged, {}) if judged is not None else None
+    if crossed is None:
+        return "", ""
+    return ("your code" if crossed.caller == "user" else crossed.caller), crossed.callee
+
+
+def same(said: str, expected: str, *, own_project: bool = False) -> bool:
+    """One side as the reader wrote it (`your code`, `user`, a distribution or import name, `a or b`) and the verdict's.
+    `own_project`: a caller the verdict calls `your code` counts as the reader's name for it when that name is no
+    distribution the name index knows (a project run from its own checkout: the log shows a path, not a package)."""
+    names = {canonical(n.strip()) for n in expected.split("(")[0].replace(" or ", "/").replace(",", "/").split("/") if n.strip()}
+    names |= {"your-code"} if names & {"user", "user-code", "your-code", "script"} else set()
+    if own_project and said == "your code" and names and not names & (set(index().releases) | {canonical(n) for n in STACK}):
+        return True
+    return canonical(said or "-") in names or (not said and not names)
+
+
+def score_sides(folder: Path) -> list[tuple[str, tuple[str, str], tuple[str, str]]]:
+    """(file, the reader's sides, the verdict's sides) for each log whose INDEX names a caller and callee."""
+    out = []
+    for name, expected in sides(folder).items():
+        with (folder / name).open("rb") as fh:
+            out.append((name, expected, boundary(scan_stream(fh))))
+    return out
 
 
 def score(folder: Path = HELDOUT) -> tuple[int, int, list[Row]]:
@@ -103,6 +156,15 @@ def main() -> int:
             for name, expected, got, evidence in rows:
                 if expected != got:
                     print(f"    MISS {name}: expected {expected}, got {got}: {evidence}")
+        both = score_sides(folder)
+        if both:
+            strict = [n for n, (ec, ee), (gc, ge) in both if same(gc, ec) and same(ge, ee)]
+            right = [n for n, (ec, ee), (gc, ge) in both if same(gc, ec, own_project=True) and same(ge, ee)]
+            strictly = f"{len(strict)} when `your code` does not count for a user's own project"
+            print(f"    caller and callee named, right way round: {len(right)}/{len(both)}; {strictly}")
+            for name, (ec, ee), (gc, ge) in both:
+                if name not in right and args.misses:
+                    print(f"    SIDES {name}: expected {ec} -> {ee}, got {gc or '?'} -> {ge or '?'}")
     return 0
 
 

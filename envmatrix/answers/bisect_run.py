@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from ..backends.registry import BackendOptions, make_backend
 from ..errors import InputError
+from ..facts.nameindex import canonical
 from ..facts.pkgconstraints import needed_packages
 from ..facts.releases import available
 from ..plan.cells import Environment
@@ -24,6 +25,7 @@ from ..records.outcomes import Outcome
 from ..records.record import Record, Status
 from ..run.runner import Paths, Runner
 from ..spec.matrix import AXES, AXIS_CHECKS, Profile, Spec, check_package_name, check_package_version
+from ..verdict.remedies import freeze_versions, of_record, sentence
 from .bisect import NOT_OK, Bisection, bisect, releases_between
 
 
@@ -165,6 +167,22 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
     return run
 
 
+def boundary_sentence(req: BisectRequest, run: BisectRun) -> str | None:
+    """What broke at the first bad release, both sides named, where it is an API mismatch: `trl 0.19.1 asks transformers'
+    Qwen2ForCausalLM for `warnings_issued`, which transformers no longer has from 5.1.0: pin transformers < 5.1.0 or move trl
+    to a release written for it` (the caller and callee from the cell's log, the versions from its freeze)."""
+    res = run.result
+    record = run.records.get(res.first) if res.status == "found" and res.first else None
+    crossed = of_record(record) if record is not None else None
+    if record is None or crossed is None:
+        return None
+    versions = freeze_versions(record.build.pins() if record.build else ())
+    versions.update({canonical(k): v for k, v in req.held.items() if v != "none"})
+    newer_breaks = bool(run.releases) and run.releases[0] == req.good
+    first_bad = res.first if newer_breaks and canonical(crossed.callee) == canonical(req.axis) else None
+    return sentence(crossed, versions, first_bad)
+
+
 def print_bisect(console: Console, req: BisectRequest, run: BisectRun) -> None:
     """The conclusion in the user's words (where it stops working, and how the failure changes after), each
     side's evidence, and what it cost."""
@@ -174,6 +192,9 @@ def print_bisect(console: Console, req: BisectRequest, run: BisectRun) -> None:
     if res.status == "found" and res.first and res.before:
         held = ", ".join(f"{k} {v}" for k, v in sorted(req.held.items()))
         console.print(f"  {escape(held + ' ' if held else '')}{res.good} on {req.axis} {res.before}; {res.tried[res.first]} from {req.axis} {res.first}")
+    said = boundary_sentence(req, run)
+    if said:
+        console.print(f"  {escape(said)}")
     for label, release in (("before", res.before), *((f"from {r}", r) for r, _ in res.kinds or ([(res.first, "")] if res.first else []))):
         record = run.records.get(release) if release else None
         if record is not None:

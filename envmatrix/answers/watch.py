@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..facts.nameindex import canonical, requirers
 from ..plan.cells import Environment
 from ..plan.eligibility import SCENARIO_PACKAGES, depends_on
 from ..records.outcomes import Outcome
@@ -143,10 +144,30 @@ class Try:
     alone: dict[str, str]
 
 
-def order_text(axis: str, scenario: str, tries: list[Try], together: str | None) -> tuple[str, bool]:
+def candidates(w: Watch, reg: Regression, scenario: Scenario, caller: str | None, callee: str | None) -> list[AxisWatch]:
+    """The other axes an upgrade order tries beside the breaking one, in the order tried: the package the verdict names
+    as the caller of the failing boundary first (it is the one written for the release that broke), then the packages
+    that always require the callee (its neighbours, facts/nameindex.py), then the rest. Every installed package is a
+    candidate whatever the scenario uses: a package the scenario never calls can still break it at import (peft
+    importing what transformers removed, under TRL's trainer)."""
+    others = [
+        a
+        for a in w.axes
+        if a.axis != reg.axis and a.latest is not None and (affects(a.axis, scenario, w.base.gpu) or w.base.package(a.axis) not in ("none", ""))
+    ]
+    neighbours = set(requirers(callee)) if callee else set()
+
+    def rank(a: AxisWatch) -> int:
+        name = canonical(a.axis)
+        return 0 if caller and name == canonical(caller) else 1 if name in neighbours else 2
+
+    return sorted(others, key=rank)
+
+
+def order_text(axis: str, scenario: str, tries: list[Try], together: str | None, caller: str | None = None) -> tuple[str, bool]:
     """The upgrade order in words, from runs: the try that trains with the fewest axes moved; the axes that train on
     the baseline alone go first, the rest move together with the breaking axis. `together`: the outcome with every
-    axis at its newest."""
+    axis at its newest; `caller`: the package the verdict names as the caller of the failing boundary, tried first."""
     trains = sorted((t for t in tries if t.outcome == Outcome.OK), key=lambda t: len(t.moved))
     if trains:
         best = trains[0]
@@ -160,7 +181,9 @@ def order_text(axis: str, scenario: str, tries: list[Try], together: str | None)
         else:
             steps += f"{axis} {newest} trains"
         return steps[0].upper() + steps[1:], True
+    named = next((t for t in tries if caller and any(canonical(k) == canonical(caller) for k in t.moved)), None)
+    tried_first = f" ({caller}, the caller the verdict names, was tried first: {named.outcome})" if named is not None else ""
     if together == Outcome.OK:
-        return f"No single other upgrade is enough; {axis} trains at its newest with every other axis at its newest", True
+        return f"No single other upgrade is enough{tried_first}; {axis} trains at its newest with every other axis at its newest", True
     tried = ", ".join(" + ".join(f"{k} {v}" for k, v in t.moved.items()) + f" ({t.outcome})" for t in tries)
-    return f"No upgrade order found ({tried or 'no other axis to move'}): stay on the lock", False
+    return f"No upgrade order found ({tried or 'no other axis to move'}){tried_first}: stay on the lock", False

@@ -33,9 +33,11 @@ from ..plan.eligibility import environment_reasons, judge
 from ..records.record import Record, RecordError, inputs_hash, read_record
 from ..run.runner import Runner
 from ..spec.matrix import AXES, Profile, Spec
+from ..verdict.boundary import Boundary
+from ..verdict.remedies import of_record
 from .bisect import bisect
 from .bisect_run import RunTarget
-from .watch import RELEASE_AXES, AxisWatch, Order, Regression, Try, Watch, affects, changed, healthy, order_text, untestable, with_axis
+from .watch import RELEASE_AXES, AxisWatch, Order, Regression, Try, Watch, affects, candidates, changed, healthy, order_text, untestable, with_axis
 
 #: What to watch: a profile's baseline on one GPU type, run by one backend into one reports folder.
 WatchRequest = RunTarget
@@ -303,9 +305,12 @@ def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, metadata: Metada
     tries: list[Try] = []
     tried: list[tuple[dict[str, str], str]] = []
     by_axis = {a.axis: a for a in w.axes}
-    for other in w.axes:
-        if other.axis == reg.axis or other.latest is None or not affects(other.axis, scenario, w.base.gpu):
-            continue
+    crossed = _boundary(w, reg)
+    caller = crossed.caller if crossed is not None and crossed.caller not in ("", "user") else None
+    if crossed is not None and caller:
+        console.print(f"  the verdict names {caller} as the caller of {crossed.callee or crossed.name}: it is tried first")
+    for other in candidates(w, reg, scenario, caller, crossed.callee if crossed is not None else None):
+        assert other.latest is not None
         moved = required({reg.axis: reg.newest, other.axis: other.latest}, w, metadata.known())
         record = cells.run(with_axis(w.base, moved), [reg.scenario])[reg.scenario]
         outcome = _as(record) if record.klass != "skipped" else f"cannot install: {record.outcome.evidence[:200]}"
@@ -313,8 +318,18 @@ def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, metadata: Metada
         tried.append((moved, record.klass))
         console.print(f"  {reg.axis} {reg.newest} with {', '.join(f'{k} {v}' for k, v in moved.items() if k != reg.axis)}: {record.klass}")
     together = w.all_newest.get(reg.scenario)
-    text, works = order_text(reg.axis, reg.scenario, tries, _as(together) if together else None)
+    text, works = order_text(reg.axis, reg.scenario, tries, _as(together) if together else None, caller)
     return Order(reg.axis, reg.scenario, text, works, tried)
+
+
+def _boundary(w: Watch, reg: Regression) -> Boundary | None:
+    """The call boundary the break shows: from the first bad release's record where the bisection found one, else from
+    the breaking axis's newest."""
+    first = reg.bisection.first if reg.bisection is not None else None
+    record = reg.records.get(first) if first else None
+    if record is None:
+        record = next((a.records.get(reg.scenario) for a in w.axes if a.axis == reg.axis), None)
+    return of_record(record) if record is not None else None
 
 
 def _alone(watched: AxisWatch, release: str, scenario: str) -> str:

@@ -1,5 +1,10 @@
 """The training engines' known failures (DeepSpeed ZeRO, FSDP, accelerate): how each reads in a log, what
-causes it, which releases fix it, and where that is written publicly.
+causes it, which releases fix it, where that is written publicly, and the class its mechanism is.
+
+One rule for the matrix's findings and users' logs: a failure is judged by its mechanism, not by which table knows it. A
+known failure where one package calls another with an API the installed release lacks (transformers >= 4.52 calling
+accelerate's `unwrap_model(keep_torch_compile=…)`, deepspeed importing torch internals torch removed) is `api_mismatch`,
+as the same line in a user's log is (verdict/boundary.py); a failure of the engine's own logic is `engine_error`.
 
 The one owner of these facts: the classifier's `engine_error` signatures are these patterns (most decisive
 first), its remedy is the matching entry's, and the sources travel with it so a user can check the claim.
@@ -18,6 +23,7 @@ class EngineFailure:
     pattern: str  # what the log shows (RE2)
     remedy: str  # the cause in one clause, then what to install or set
     sources: tuple[str, ...]  # public reports and fixes
+    outcome: str = "engine_error"  # its mechanism's class: `api_mismatch` where two releases' APIs do not meet
 
 
 # fmt: off
@@ -63,12 +69,14 @@ FAILURES: dict[str, EngineFailure] = {
         r"cannot\s+import\s+name\s+'?(?:log|_get_socket_with_port)'?\s+from\s+'?torch\.distributed\.elastic",
         "deepspeed <= 0.14.3 imports torch.distributed.elastic internals that torch 2.4 removed: use deepspeed >= 0.14.4",
         ("https://github.com/deepspeedai/DeepSpeed/issues/5603", "https://github.com/deepspeedai/DeepSpeed/pull/5654"),
+        "api_mismatch",
     ),
     "unwrap_keep_torch_compile": EngineFailure(
         r"unwrap_model\(\)\s+got\s+an\s+unexpected\s+keyword\s+argument\s+'keep_torch_compile'",
         "transformers >= 4.52 calls accelerate's unwrap_model(keep_torch_compile=...), which accelerate has from 1.3.0, while it still "
         "declares accelerate>=0.26: install accelerate >= 1.3.0",
         ("https://github.com/instructlab/instructlab/issues/3456", "https://github.com/huggingface/transformers/pull/38339"),
+        "api_mismatch",
     ),
     "fsdp_unallocated": EngineFailure(
         r"has\s+a\s+non-zero\s+number\s+of\s+elements,\s+but\s+its\s+data\s+is\s+not\s+allocated\s+yet",
@@ -102,6 +110,13 @@ FAILURES: dict[str, EngineFailure] = {
     ),
 }
 # fmt: on
+
+
+def known(variant: str) -> EngineFailure | None:
+    """The known failure a verdict's rule name (`api_mismatch:unwrap_keep_torch_compile`) stands for, if any."""
+    outcome, _, name = variant.partition(":")
+    failure = FAILURES.get(name)
+    return failure if failure is not None and failure.outcome == outcome else None
 
 
 def remedy_for(name: str) -> str:

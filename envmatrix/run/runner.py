@@ -301,10 +301,11 @@ class Runner:
         log = self.paths.logs / f"{stem}.log"
         for stale in ("result.json", "metrics.jsonl"):
             (out / stale).unlink(missing_ok=True)
+        build = build_facts(ready.facts)
         common = {
             "started": started,
             "gpu_ids": tuple(gpu_ids),
-            "build": build_facts(ready.facts),
+            "build": build,
         }
         try:
             done = self.backend.run(ready, cell.scenario, out, log, timeout=self.timeout, gpu_ids=gpu_ids)
@@ -313,7 +314,7 @@ class Runner:
             verdict = decided(Outcome.ERROR, f"backend {self.backend.name} raised {type(exc).__name__}: {str(exc)[:300]}", BACKEND_RULE)
             timings = Timings(prepare_s=ready.seconds, prepare_reused=ready.reused)
             return self.new_record(cell, Status.DONE, verdict, timings=timings, log=LogRef(str(log), log_tail(log)), **common)
-        facts = gather(out, log, exit_code=done.exit_code, timed_out=done.timed_out)
+        facts = gather(out, log, exit_code=done.exit_code, timed_out=done.timed_out, freeze=build.pins())
         sig = signal_number(done.exit_code)
         return guarded(
             self.new_record(

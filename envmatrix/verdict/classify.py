@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -40,6 +40,7 @@ class RunFacts:
     metrics: tuple[dict[str, Any], ...] = ()
     timed_out: bool = False
     build_failed: str | None = None
+    installed: Mapping[str, str] = field(default_factory=dict)  # the environment's freeze (distribution -> version), where known
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -146,7 +147,17 @@ def _grad_lost(f: RunFacts) -> str | None:
     if params is not None and params.with_grad is not None and params.trainable is not None and 0 < params.with_grad < params.trainable:
         example = f" (e.g. {params.without_grad[0]})" if params.without_grad else ""
         return f"probe: {params.trainable - params.with_grad} of {params.trainable} trainable parameters never received a gradient{example}"
+    if f.scan.first_variant(Outcome.GRAD_LOST) == "none_inputs" and not _warning_confirmed(f):
+        return evidence.structural(f.scan, Outcome.GRAD_LOST)  # checkpointing's warning alone is no failure
     return _log(Outcome.GRAD_LOST)(f)
+
+
+def _warning_confirmed(f: RunFacts) -> bool:
+    """Checkpointing's `None of the inputs have requires_grad=True` warning is printed by many healthy runs (frozen
+    embeddings with non-reentrant checkpointing, the first eval step): it names lost gradients only beside a run that failed
+    in training (a traceback) or whose logged gradients are all zero."""
+    norms = f.scan.values("grad_norm")
+    return bool(f.scan.raised) or (bool(norms) and all(v == 0 for v in norms))
 
 
 def _garbled(f: RunFacts) -> str | None:
@@ -185,15 +196,44 @@ def _zero_grad(f: RunFacts) -> str | None:
             f"probe: grad_norm 0.0 on steps {rows[0].get('step')}-{last.get('step')} "
             f"(reward_std {last.get('reward_std')}, frac_reward_zero_std {last.get('frac_reward_zero_std')}{diversity}){_sampling(f)}"
         )
+    if rows and all(m["grad_norm"] == 0 for m in rows) and _untied(rows[0].get("reward_std"), rows[0].get("frac_reward_zero_std")):
+        return (
+            f"probe: grad_norm 0.0 at step {rows[0].get('step')} while the rewards were not tied (reward_std {rows[0].get('reward_std')}, "
+            f"frac_reward_zero_std {rows[0].get('frac_reward_zero_std')}): tied groups cannot explain a zero gradient"
+        )
     if f.metrics:
         return None
     norms = f.scan.metrics.get("grad_norm", [])[:FIRST_STEPS]
     if len(norms) >= ZERO_STEPS and all(v == 0 for v, _ in norms):
         return f"grad_norm 0.0 on the first {len(norms)} logged steps ({norms[0][1].quote()})"
+    if norms and all(v == 0 for v, _ in norms) and (why := _untied_in_log(f.scan, norms[0][1].line_no)) is not None:
+        return f"grad_norm 0.0 on the logged step while the rewards were not tied ({why}): tied groups cannot explain a zero gradient ({norms[0][1].quote()})"
     spread = f.scan.metrics.get("reward_std", [])[:FIRST_STEPS]
     if not norms and len(spread) == FIRST_STEPS and all(v == 0 for v, _ in spread):
         return f"reward_std 0.0 on the first {FIRST_STEPS} logged steps: every group's rewards tie, so every advantage is 0 ({spread[0][1].quote()})"
     return None
+
+
+def _zero_untied(f: RunFacts) -> bool:
+    """The zero gradient shows beside rewards that were not tied (see `_zero_grad`)."""
+    found = _zero_grad(f)
+    return found is not None and "not tied" in found
+
+
+def _untied(reward_std: Any, frac_zero_std: Any) -> bool:
+    """Rewards that differ within a group: a zero advantage cannot come from tied groups (reward_std > 0, or some group
+    whose rewards are not all equal: frac_reward_zero_std < 1)."""
+    std, frac = _number(reward_std), _number(frac_zero_std)
+    return (std is not None and std > 0) or (frac is not None and frac < 1)
+
+
+def _untied_in_log(scan: LogScan, line_no: int) -> str | None:
+    """`reward_std 0.41` / `frac_reward_zero_std 0.25` logged on the same step as a zero gradient, where the rewards were
+    not tied; None where the log does not show it."""
+    same = {key: next((v for v, hit in scan.metrics.get(key, []) if abs(hit.line_no - line_no) <= 2), None) for key in ("reward_std", "frac_reward_zero_std")}
+    if not _untied(same["reward_std"], same["frac_reward_zero_std"]):
+        return None
+    return ", ".join(f"{k} {v:g}" for k, v in same.items() if v is not None)
 
 
 def _sampling(f: RunFacts) -> str:
@@ -276,6 +316,9 @@ def _api_mismatch(f: RunFacts) -> str | None:
     found = evidence.strong(f.scan, Outcome.API_MISMATCH)
     if found is not None:
         return evidence.quote(found) + said
+    hit = f.scan.first(Outcome.API_MISMATCH)  # a known mismatch the engines' table names (facts/enginefailures.py)
+    if hit is not None:
+        return hit.quote() + said
     last = evidence.last_exception(f.scan)
     if last is not None and last.outcome in (Outcome.ERROR, Outcome.ENGINE_ERROR):
         packages = {fr.package for fr in last.raised.frames}
@@ -400,7 +443,9 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
         return engine_remedy(variant)
     if outcome == Outcome.ENGINE_ERROR and (layer := remedies.engine(facts.scan)) is not None:
         return layer
-    if outcome == Outcome.API_MISMATCH and (said := remedies.api_mismatch(facts.scan)) is not None:
+    if outcome == Outcome.API_MISMATCH and (variant := facts.scan.first_variant(Outcome.API_MISMATCH)) is not None:
+        return engine_remedy(variant)
+    if outcome == Outcome.API_MISMATCH and (said := remedies.api_mismatch(facts.scan, facts.installed)) is not None:
         return said
     if outcome == Outcome.UNSUPPORTED_GPU and (lacking := remedies.unsupported_gpu(facts.scan)) is not None:
         return lacking
@@ -410,6 +455,18 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
         missing = read_missing(hit.line, hit.context)
         if missing is not None:
             return missing_remedy(missing)
+    if outcome == Outcome.OOM and facts.scan.first_variant(Outcome.OOM) == "free_memory":
+        return (
+            "the engine found less free GPU memory at start-up than its gpu_memory_utilization asks for: lower "
+            "gpu_memory_utilization (TRL's vllm_gpu_memory_utilization, verl's rollout.gpu_memory_utilization), or free what other "
+            "processes on the GPU hold (a colocated trainer, a previous engine that did not exit)"
+        )
+    if outcome == Outcome.ZERO_GRAD and _zero_untied(facts):
+        return (
+            "the gradient is zero although rewards differ within groups, so the advantages are not zero: the loss does not reach "
+            "the trainable parameters (parameters frozen or not handed to the optimizer, LoRA target modules that miss the model's "
+            "layers, a loss multiplied by zero, gradients cleared before they are logged); check which parameters require grad"
+        )
     if outcome == Outcome.ZERO_GRAD:
         temperature = _option(opts.temperature, seen, "temperature")
         top_p = _option(opts.top_p, seen, "top_p")
@@ -451,6 +508,8 @@ def classify(facts: RunFacts) -> Verdict:
         weak = evidence.fallback(facts.scan)
         if weak is not None:
             fired.insert(0, (Outcome(weak.outcome), evidence.quote(weak)))
+        elif (start := facts.scan.hits.get("notice:engine_start")) is not None:  # an engine that did not start, its cause unnamed
+            fired.insert(0, (Outcome.ENGINE_ERROR, start.quote()))
     if not fired:
         trained = _ok_evidence(facts)
         if trained is None:

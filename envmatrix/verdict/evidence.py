@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..facts import enginefailures, errorcodes
+from . import boundary
 from .logscan import LogScan
 from .rules import Judged
 from .tracebacks import Raised, looked_through
@@ -101,10 +102,21 @@ def _where(raised: Raised) -> str:
     return place + (f", called from {'your code' if caller == 'user' else caller}" if caller else "")
 
 
+def _across(raised: Raised) -> str:
+    """`trl calls transformers' Trainer.__init__` / `vllm asks transformers for Qwen2Tokenizer.x` / `peft imports from
+    transformers`: the boundary an API mismatch crossed, both sides named (boundary.py); '' where it names none."""
+    crossed = boundary.of(raised)
+    if crossed is None or not crossed.crossed:
+        return ""
+    caller = "your code" if crossed.caller == "user" else crossed.caller
+    verb = {"attribute": "asks", "import_name": "imports from", "submodule": "imports from"}.get(crossed.kind, "calls")
+    return f"caller {caller}, callee {crossed.callee}: {caller} {verb} {crossed.callee}"
+
+
 def quote(judged: Judged) -> str:
     """`line 12: RuntimeError: … (raised in vllm (vllm.engine.step), called from trl; rule api_mismatch:attribute)`."""
     raised = judged.raised
-    where = _where(raised)
+    where = (_across(raised) if judged.outcome == "api_mismatch" else "") or _where(raised)
     codes = ", ".join(c.describe() for c in errorcodes.find(raised.value))
     detail = "; ".join(x for x in (where, codes) if x)
     return f"line {raised.line_no}: {raised.line}" + (f" ({detail})" if detail else "")
@@ -155,6 +167,7 @@ def facts(scan: LogScan) -> dict[str, Any]:
     """What the verdict stood on, for `classify --format json`: each exception (type, message, raising and calling package,
     raising frame, the rule that named it), the library codes, the range statements."""
     exceptions = []
+    around = [f.package for j in scan.judged for f in j.raised.frames if f.package not in ("", "python")]
     for judged in scan.judged[-8:]:
         raised = judged.raised
         frame = raised.raising
@@ -172,6 +185,7 @@ def facts(scan: LogScan) -> dict[str, Any]:
                 "class": judged.outcome,
                 "rule": judged.variant,
             }
+            | ({"boundary": crossed.as_dict()} if (crossed := boundary.of(raised, around=around)) is not None else {})
         )
     return {
         "exceptions": exceptions,

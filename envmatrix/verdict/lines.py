@@ -27,7 +27,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p)
     for p in (
         r"[│┃║╎]",  # rich's traceback box (its right edge is removed with the trailing spaces)
-        r"\[[^\]\n]{0,120}\]:?",  # [rank0]: [E ProcessGroupNCCL.cpp:607] [2025-03-19 20:57:00,771 E 1 1] [engine.py:187]
+        # [rank0]: [E ProcessGroupNCCL.cpp:607] [2025-03-19 20:57:00,771 E 1 1] [engine.py:187]; not a notebook's linked frame
+        r"\[(?![^\]\n]{0,120}\.py\]\()[^\]\n]{0,120}\]:?",
         r"【[^】\n]{0,60}】",
         r"\((?:[\w.:-]+)(?:,?\s+[\w.-]+=[^\s,)]{1,60}){1,4}\)",  # (WorkerDict pid=2716276) (VllmWorker rank=0 pid=12)
         r"\((?:pid|rank)=\d+\)",
@@ -45,6 +46,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
         r"[\w.-]{1,80}/\d{1,5}(?=\s+\[)",  # `B-nemo-ft3/0 [default1]:`
         r"[\w.-]{1,80}\s{1,8}\|(?=\s)",  # docker compose: `gemma-vllm-server  | `
         r">+(?=\s)",  # a quoted reply
+        r"\*\*(?=[A-Za-z_])",  # markdown bold around a line a user pasted (`**TypeError: …**`); its closing `**` goes too
         r"[\w.-]{1,80}:\d+:\d+\s+\[\d+\]",  # NCCL's own logger: `host:pid:tid [cudaDev] NCCL INFO …`
     )
 )
@@ -79,6 +81,8 @@ def clean(raw: str) -> Logical:
         logged = logged or _LOGGED.search(m.group(0)) is not None
         text = stripped[m.end() :]
     body = text.lstrip()
+    if body.endswith("**") and raw.lstrip().startswith("**"):
+        body = body[:-2].rstrip()
     return Logical(body, "/".join(stream), len(text) - len(body), logged)
 
 

@@ -72,7 +72,7 @@ SIGNATURES: dict[str, str] = {
     "unknown_model:auto": r"has model type `[\w.-]+` but Transformers does not recognize this architecture",
     "unknown_model:unrecognized": r"Unrecognized model in \S+\. Should have a `model_type` key",
     # the training engines' own failures (DeepSpeed ZeRO, FSDP, accelerate): facts/enginefailures.py owns them
-    **{f"engine_error:{name}": failure.pattern for name, failure in ENGINE_FAILURES.items()},
+    **{f"{failure.outcome}:{name}": failure.pattern for name, failure in ENGINE_FAILURES.items()},
     # a module or library that is not installed (or lacks a name): the evidence names it, the context the importer
     "missing_module:not_found": r"No module named '?[A-Za-z_][\w.]*'?",
     "missing_module:requires_library": r"requires\s+the\s+\S+\s+library\s+but\s+it\s+was\s+not\s+found\s+in\s+your\s+envir\w*",  # 3.x: 'enviromnent'
@@ -91,6 +91,8 @@ SIGNATURES: dict[str, str] = {
     "unsupported_gpu:kernel": r"no kernel image is available for execution on the device",
     "unsupported_gpu:sm": r"is not compatible with the current PyTorch installation",
     "unsupported_gpu:too_old": r"PyTorch no longer supports this GPU because it is too old",
+    # a capability refusal in a library's own words: `Your setup doesn't support bf16/gpu` (transformers' TrainingArguments)
+    "unsupported_gpu:setup": r"(?i:(?:setup|device|gpu|hardware|machine)\s+(?:doesn't|does\s+not|cannot|can't)\s+support\s+(?:bf16|bfloat16|fp8|tf32|flash))",
     "oom:cuda": r"CUDA out of memory",
     "oom:error": r"OutOfMemoryError",
     "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
@@ -101,6 +103,9 @@ SIGNATURES: dict[str, str] = {
     "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
     # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
     "oom:killer": r"oom-kill event|Out of memory: Kill(?:ed)? process|invoked oom-killer|OOMKilled|running low on memory",
+    # NCCL's own allocation failing, and an engine refusing to start on the free memory it found (vLLM)
+    "oom:nccl": r"NCCL WARN Cuda failure '?out of memory",
+    "oom:free_memory": r"Free memory on device[^\n]*(?:less than|lower than|not enough)",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
     "grad_lost:element0": r"element\s+0\s+of\s+(?:tensors|variables)\s+does\s+not\s+require\s+grad",  # 'variables': torch < 1.0
@@ -112,20 +117,33 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
     "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore)",
+    # a trainer's or engine's own notice that the gradient norm is not finite (a clip that raised, a skipped step's report)
+    "nan_loss:grad_norm": r"(?i:grad(?:ient)?[ _]norm\s+(?:is|was|became)\s+(?:not\s+finite|non-?finite|nan|inf)\b"
+    r"|non-?finite\s+(?:grad(?:ient)?s?\s+norm|grad(?:ient)?[ _]norm)|for gradients from `parameters` is non-finite"
+    r"|(?:nan|inf)\s+(?:found|detected)\s+in\s+(?:the\s+)?(?:local\s+)?grad(?:ient)?s?\b)",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
     "nccl_error:watchdog": r"Watchdog caught collective operation timeout",
     "nccl_error:error": r"NCCL error in:",
     "nccl_error:aborted": r"NCCL communicator was aborted",
     "nccl_error:stuck": r"ProcessGroupNCCL's watchdog got stuck",
     "nccl_error:failed": r"Some NCCL operations have failed or timed out",
+    # NCCL's own WARN / ERROR lines that name a failure (a socket closed, a broken pipe, a remote error through the proxy);
+    # its harmless WARN lines (a missing plugin, iommu advice) name none of these
+    "nccl_error:warn": r"NCCL (?:WARN|ERROR)\b[^\n]*(?i:error|failed\s*:|failure|closed|broken pipe|reset by peer|refused"
+    r"|timed? ?out|truncated|abort|unhandled|mismatch|unreachable)",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     "crash:segv": r"Segmentation fault",
     "crash:bus": r"Bus error",
     "crash:killed": r"(?m)(?:^|\d[ \t]+)Killed(?:[ \t]|$)",
     "crash:core": r"(?:Aborted|Illegal instruction) \(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT) received",
+    # Ray's, vLLM's and a launcher's notices that a worker process died (the signal or OOM it names decides where one is named)
+    "crash:worker_died": r"A worker died or was killed while executing|(?:[Aa]ctor|[Ww]orker|Worker proc [\w-]+) died unexpectedly"
+    r"|Worker unexpectedly exits|worker process (?:\d+ )?(?:was )?killed by signal|(?:rank|worker) \d+ (?:died|exited) with signal",
     # a wall-clock limit the scheduler enforced
     "timeout:scheduler": r"DUE TO TIME LIMIT|Job step aborted: Waiting up to \d+ seconds for job step to finish|DeadlineExceeded",
+    # not an outcome: an engine that failed to start (vLLM's EngineCore); its cause line decides, else it is the engine's failure
+    "notice:engine_start": r"EngineCore failed to start|Engine core initialization failed",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
@@ -171,7 +189,7 @@ _STRUCT = (
     rb"|terminate called after throwing an instance of"
     rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
-    rb"|\.py:\d+ in \w+|\.py: *" + "│".encode()
+    rb"|\.py:\d+ in \w+|\.py: *" + "│".encode() + rb"|\.py\\?\", line \d+|\.py\]?(?:\([^)\n]{0,200}\))? in [\w<]"
 )
 # a metrics table's header (a notebook's Trainer output, markdown or columns): `Step | Training Loss | reward_std | …`
 _TABLE = rb"(?mi)^[ \t|>]*step[ \t]*(?:\||\t|  )[^\n]*(?:loss|reward|grad[ _]norm)[^\n]*$"

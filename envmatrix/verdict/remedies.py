@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
-from ..facts import catalog, errorcodes
+from ..facts import catalog, enginefailures, errorcodes
+from ..facts.nameindex import canonical
+from ..records.record import Record
+from .boundary import Boundary
+from .boundary import of as boundary_of
 from .evidence import Range, engine_layer, fallback, last_exception, ranges, strong
-from .imports import Missing, read_missing
-from .logscan import LogScan
-
-_KEYWORD = re.compile(r"(?P<callee>[\w.]+)\(\) got an unexpected keyword argument '(?P<name>\w+)'")
-_POSITIONAL = re.compile(r"(?P<callee>[\w.]+)\(\) (?:missing \d+ required (?:keyword-only |positional )?arguments?: (?P<name>'\w+')|takes .* given)")
-_ATTRIBUTE = re.compile(r"(?:'(?P<cls>\w+)' object|module '(?P<mod>[\w.]+)'|type object '(?P<type>\w+)') has no attribute '(?P<name>\w+)'")
+from .logscan import LogScan, scan_text
+from .rules import Judged
 
 
-def _who(name: str) -> str:
-    return "your code" if name in ("", "user") else name
-
-
-def api_mismatch(scan: LogScan) -> str | None:
-    """Name the caller, the called and the missing or unexpected name; the stated range where a package said one."""
+def api_mismatch(scan: LogScan, installed: Mapping[str, str] | None = None) -> str | None:
+    """Name both sides of the boundary (boundary.py): who called, what it asked of which package, what that package's
+    installed release lacks; the stated range where a package said one."""
     judged = strong(scan, "api_mismatch") or last_exception(scan)
     stated: list[Range] = ranges(scan)
     advice = (
@@ -36,50 +35,83 @@ def api_mismatch(scan: LogScan) -> str | None:
     )
     if judged is None:
         return f"{advice}; in a matrix, the finding's axes say which releases" if advice else None
-    raised = judged.raised
-    if (imported := _imported(raised.value)) is not None:
-        return _import_advice(imported, _who(raised.package), advice)
-    caller, called = raised.caller, raised.package
-    pair = f"{_who(caller)} calls {_who(called)}" if caller and called else f"{_who(called or caller)} and the package it calls"
-    detail = ""
-    if m := _KEYWORD.search(raised.value):
-        detail = f"{m.group('callee')}() does not take the keyword {m.group('name')!r} that is passed to it"
-    elif m := _POSITIONAL.search(raised.value):
-        detail = f"{m.group('callee')}() is called with arguments its installed release does not take ({raised.value.splitlines()[0][:120]})"
-    elif m := _ATTRIBUTE.search(raised.value):
-        owner = m.group("cls") or m.group("mod") or m.group("type")
-        detail = f"{owner} has no {m.group('name')!r} in the installed release"
-    head = f"{pair} with an API the installed release does not have" + (f": {detail}" if detail else "")
-    fix = advice or (
-        "align the two: install the release of the called package that the caller was written for, or upgrade the caller to a "
-        "release written for the installed one (its changelog or setup.py names the range)"
-    )
-    return f"{head}; {fix}; in a matrix, the finding's axes say which releases"
+    crossed = of_scan(scan, judged, installed or {})
+    if crossed is None:
+        return f"{advice}; in a matrix, the finding's axes say which releases" if advice else None
+    said = sentence(crossed, installed or {})
+    if advice:
+        said = f"{said.split(': ', 1)[0]}: {advice}"
+    return said if installed else f"{said}; in a matrix, the finding's axes say which releases"
 
 
-def _imported(message: str) -> Missing | None:
-    """The name (or submodule) an import asked of an installed package, where the message is an import failure."""
-    if not message.startswith(("cannot import name", "No module named")):
-        return None
-    return read_missing(message.split("\n", 1)[0])
+def of_scan(scan: LogScan, judged: Judged, installed: Mapping[str, str]) -> Boundary | None:
+    """The boundary of a judged exception, with every distribution whose frames the log shows as its surroundings."""
+    around = [f.package for j in scan.judged for f in j.raised.frames if f.package not in ("", "python")]
+    return boundary_of(judged.raised, installed=installed, around=around)
 
 
-def _import_advice(missing: Missing, importer: str, advice: str | None) -> str:
-    """`megatron imports get_accelerator from deepspeed, which the installed deepspeed lacks: …` (the importing frame is the
-    import statement's: its package is the importer)."""
-    what = f"{missing.name} from {missing.module}" if missing.name else f"the module {missing.module}"
-    head = f"{importer} imports {what}, which the installed {missing.install} release does not have: the two are releases that do not go together"
-    fix = advice or (
-        f"install the {missing.install} release {importer} was written for, or move {importer} to a release written for the "
-        f"installed {missing.install} (its changelog or requirements name the range)"
-    )
-    return f"{head}; {fix}; in a matrix, the finding's axes say which releases"
+def _side(name: str, versions: Mapping[str, str]) -> str:
+    if name == "user":
+        return "your code"
+    return f"{name} {versions[name]}" if name in versions else name or "the calling code"
+
+
+_BASE = {"has": "have", "takes": "take"}
+
+
+def _of(dist: str) -> str:
+    """`transformers'`, `trl's`."""
+    return f"{dist}'" if dist.endswith("s") else f"{dist}'s"
+
+
+def sentence(b: Boundary, versions: Mapping[str, str], first_bad: str | None = None) -> str:
+    """`trl 0.19.1 asks transformers' Qwen2ForCausalLM for `warnings_issued`, which transformers no longer has from 5.1.0:
+    pin transformers < 5.1.0 or move trl to a release written for it`. `versions`: the environment's, where known;
+    `first_bad`: the callee's first release that fails (bisect's), where known."""
+    caller = _side(b.caller, versions)
+    who = "your code" if b.caller == "user" else b.caller or "the calling code"
+    if b.kind in ("import_name", "submodule"):
+        owner = b.name
+    elif b.callee:
+        owner = f"{_of(b.callee)} {b.name}"
+    else:
+        owner = b.name + (f" (defined by {', '.join(b.candidates)}: the log does not say which)" if b.candidates else "")
+    call = "()" if b.callee and not owner.endswith("()") else ""
+    match b.kind:
+        case "attribute":
+            ask, verb = f"{caller} asks {owner} for `{b.member}`", "has"
+        case "keyword" if b.member:
+            ask, verb = f"{caller} passes the keyword `{b.member}` to {owner}{call}", "takes"
+        case "keyword" | "positional":
+            ask, verb = f"{caller} calls {owner}{call} with arguments", "takes"
+        case "import_name":
+            ask, verb = f"{caller} imports `{b.member}` from {owner}", "has"
+        case _:
+            ask, verb = f"{caller} imports the module {b.member}", "has"
+    if not b.callee:
+        fix = f"install the release of the package that defines {b.name} that {who} was written for, or move {who} to a release written for the installed one"
+        return f"{ask}, which the installed release does not {_BASE[verb]}: {fix}"
+    callee = b.callee
+    if first_bad:
+        lack = f"which {callee} no longer {verb} from {first_bad}"
+        fix = f"pin {callee} < {first_bad} or move {who} to a release written for it"
+    else:
+        installed = f"{callee} {versions[callee]}" if callee in versions else f"the installed {callee}"
+        lack = f"which {installed} does not {_BASE[verb]}"
+        fix = (
+            f"install the {callee} release {who} was written for, or "
+            + (f"update your code to the installed {callee}" if b.caller == "user" else f"move {who} to a release written for the installed {callee}")
+            + " (its changelog or requirements name the range)"
+        )
+    return f"{ask}, {lack}: {fix}"
 
 
 def engine(scan: LogScan) -> str | None:
     """A new failure inside an engine: that layer's own remedy."""
     judged = fallback(scan) or last_exception(scan)
     layer = engine_layer(judged) if judged is not None else None
+    if layer is None and (start := scan.hits.get("notice:engine_start")) is not None:
+        layer = enginefailures.layer_named(start.line)
     return layer.remedy if layer is not None else None
 
 
@@ -122,16 +154,22 @@ def unsupported_gpu(scan: LogScan) -> str | None:
     texts += [hit.line] if hit else []
     text = " ".join(texts)
     cc = gpu_capability(text)
-    if cc is None:
-        return None
+    if cc is None:  # a refusal that names what it cannot run but not the GPU (`Your setup doesn't support bf16/gpu`)
+        named = [(need, why) for need, (_, why) in catalog.NEEDS.items() if re.search(_need_word(need), text, re.I)]
+        if not named:
+            return None
+        said = "; ".join(f"{why}: {_INSTEAD[need]}" for need, why in named)
+        return f"this GPU, or this torch and CUDA, cannot run what was asked; {said}; or run on a newer GPU with a torch built for its CUDA"
     lacking = [(need, why) for need, (needed, why) in catalog.NEEDS.items() if cc < needed and re.search(_need_word(need), text, re.I)]
     lacking = lacking or [(need, why) for need, (needed, why) in catalog.NEEDS.items() if cc < needed][:2]
     if not lacking:
         return None
-    instead = {"bf16": "train in fp16 (with loss scaling) or fp32", "FlashAttention-2": "use attn_implementation='sdpa'",
-               "FlashAttention-3": "use FlashAttention-2 or sdpa", "fp8": "train in bf16 or fp16"}  # fmt: skip
-    said = "; ".join(f"{why}: {instead[need]}" for need, why in lacking)
+    said = "; ".join(f"{why}: {_INSTEAD[need]}" for need, why in lacking)
     return f"this GPU has compute capability {cc[0]}.{cc[1]}; {said}; or run on a newer GPU"
+
+
+_INSTEAD = {"bf16": "train in fp16 (with loss scaling) or fp32", "FlashAttention-2": "use attn_implementation='sdpa'",
+            "FlashAttention-3": "use FlashAttention-2 or sdpa", "fp8": "train in bf16 or fp16"}  # fmt: skip
 
 
 def _need_word(need: str) -> str:
@@ -146,8 +184,9 @@ def divergence(scan: LogScan, metrics: tuple[dict[str, object], ...]) -> str | N
         if values and not all(math.isfinite(float(v)) for v in values):  # type: ignore[arg-type]
             break
         healthy += bool(values)
-    if not metrics and scan.nonfinite is not None:
-        at = scan.nonfinite.line_no
+    reported = scan.nonfinite or scan.first("nan_loss")  # a value, else a trainer's notice (`grad norm is not finite`)
+    if not metrics and reported is not None:
+        at = reported.line_no
         healthy = sum(1 for v, h in scan.metrics.get("grad_norm", []) if h.line_no < at and math.isfinite(v))
     if healthy < DIVERGED_AFTER:
         return None
@@ -160,3 +199,36 @@ def divergence(scan: LogScan, metrics: tuple[dict[str, object], ...]) -> str | N
 
 #: Healthy logged steps before a NaN that make it a divergence rather than a failure from the start.
 DIVERGED_AFTER = 3
+
+
+#: The largest cell log read whole for its boundary (a bigger one is read from the tail its record keeps).
+LOG_BYTES = 64 << 20
+
+
+def freeze_versions(freeze: Iterable[str]) -> dict[str, str]:
+    """`name==version` freeze lines as distribution -> version (names as the name index spells them)."""
+    out: dict[str, str] = {}
+    for line in freeze:
+        name, sep, version = line.partition("==")
+        if sep and name.strip() and version.strip():
+            out[canonical(name.strip())] = version.strip()
+    return out
+
+
+def of_log(text: str | bytes, installed: Mapping[str, str] | None = None) -> Boundary | None:
+    """The boundary of the API mismatch a whole log shows (a matrix cell's, for watch and bisect), or None."""
+    scan = scan_text(text)
+    judged = strong(scan, "api_mismatch")
+    return of_scan(scan, judged, installed or {}) if judged is not None else None
+
+
+def of_record(record: Record) -> Boundary | None:
+    """The boundary of the API mismatch a cell's record shows: its whole log where the file is still there, else the tail
+    the record keeps; the cell's own freeze resolves a name several packages define."""
+    if record.outcome.outcome != "api_mismatch":
+        return None
+    text: str | bytes = record.log.tail
+    path = Path(record.log.path) if record.log.path else None
+    if path is not None and path.is_file() and path.stat().st_size <= LOG_BYTES:
+        text = path.read_bytes()
+    return of_log(text, freeze_versions(record.build.pins() if record.build else ()))

@@ -15,6 +15,8 @@ list of distribution names (`''` for the user's own code). `{name}` in a value i
 - `error.code`     the outcome of a library error code the message names (CUDA, NCCL, cuBLAS: facts/errorcodes.py)
 - `error.ignored`  `yes` for an exception printed while Python tore down (`Exception ignored in`)
 - `error.stack`    `none` (no frames printed), `user` (frames of the user's code and Python's only), `package`
+- `error.boundary` the call boundary the message names (boundary.py): `crossed` (one distribution called another), `own`
+                   (a package's own code called itself), `unknown` (a side the log does not say), `none` (no call named)
 - `frame.package`, `frame.module`, `frame.function`, `frame.path`: any frame
 
 The outcome `@code` means "the outcome of the code the message names"; an outcome written `name?` is a fallback, used only
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from ..facts import catalog, enginefailures, errorcodes, modules
 from ..records.outcomes import OUTCOME_NAMES
+from . import boundary
 from .tracebacks import Raised
 
 RULES_FILE = Path(__file__).with_name("rules.txt")
@@ -87,7 +90,7 @@ VOCABULARY: dict[str, Callable[[], str]] = {
         r"out of memory|\bOOM\b|not enough (?:\w+ )?memory|insufficient (?:\w+ )?memory|no (?:available|free) memory|ran out of memory"
         r"|memory (?:is )?exhausted|running low on memory|low on memory|cannot allocate memory|failed to allocate (?:\w+ )?memory"
         r"|memory allocation (?:of [\d,]+ bytes )?failed|(?:kv cache|cache blocks)[^\n]{0,80}(?:too small|not enough|insufficient|exceed|larger than)"
-        r"|(?:larger|more) than[^\n]{0,80}(?:kv cache|cache blocks|available memory)"
+        r"|(?:larger|more) than[^\n]{0,80}(?:kv cache|cache blocks|available memory)|free memory[^\n]{0,160}(?:less than|lower than)"
     ),
     "driver_old": lambda: (
         r"driver[^\n]{0,80}(?:too old|is insufficient|older than|not supported|mismatch|requires? (?:a )?newer|update (?:your|the))"
@@ -157,6 +160,9 @@ def _values(key: str, raised: Raised) -> list[str]:
         case "error.code":  # the message's own line: a code on the lines after it may belong to another message
             codes = errorcodes.find(raised.value.split("\n", 1)[0])
             return [c.outcome for c in codes] + [c.name for c in codes]
+        case "error.boundary":
+            crossed = boundary.of(raised)
+            return ["none" if crossed is None else "own" if crossed.own else "crossed" if crossed.crossed else "unknown"]
         case "error.ignored":
             return ["yes" if raised.ignored else "no"]
         case "error.stack":
@@ -173,7 +179,7 @@ def _values(key: str, raised: Raised) -> list[str]:
 
 
 KEYS = (
-    "error.type", "error.value", "error.package", "error.module", "error.caller", "error.code", "error.ignored", "error.stack",
+    "error.type", "error.value", "error.package", "error.module", "error.caller", "error.code", "error.ignored", "error.stack", "error.boundary",
     "frame.package", "frame.module", "frame.function", "frame.path",
 )  # fmt: skip
 _CASELESS = ("error.value", "frame.path")

@@ -29,6 +29,12 @@ MAX_VALUE_LINES = 16
 
 _FRAME = re.compile(r'File "(?P<path>[^"\n]{1,1000})", line (?P<line>\d+),? in (?P<func>\S{1,200})')
 _RICH = re.compile(r"(?P<path>(?:[A-Za-z]:)?[\w./\\~-]{1,1000}\.py):(?P<line>\d+)?(?:\s+in\s+(?P<func>[\w<>.]{1,200}))?$")
+#: A frame line cut before its `File "` (an excerpt that starts mid-line): `/trl/trainer/grpo_trainer.py", line 269, in __init__`.
+_CUT_FRAME = re.compile(r'(?P<path>[^"\s]{0,1000}[/\\][^"\s/\\]{1,200}\.py)", line (?P<line>\d+),? in (?P<func>\S{1,200})$')
+#: IPython's frame (`/usr/lib/python3/dist-packages/peft/peft_model.py in <module>`, a notebook's `[path](url) in f`), and
+#: the numbered source lines under it (`---> 38 from transformers import …`).
+_IPYTHON = re.compile(r"\[?(?P<path>(?:[A-Za-z]:)?[/\\][^\s\[\]()]{1,1000}\.py)\]?(?:\([^)\s]{0,400}\))?\s+in\s+(?P<func>[\w<>.]{1,200})(?:\(.*\))?$")
+_IPYTHON_SOURCE = re.compile(r"(?P<arrow>-*>)?\s*\d{1,6}\s(?P<source>.*)$")
 _RICH_TAIL = re.compile(r"(?P<line>\d+) in (?P<func>[\w<>.]{1,200})$")
 #: An exception line: a dotted name, optionally wrapping another (`RayTaskError(OutOfMemoryError)`), then `: message`
 #: or nothing. Whether a name is an exception type is decided by `_is_exception`.
@@ -87,6 +93,7 @@ class Raised:
     fatal: bool = False
     truncated: bool = False
     cause: Raised | None = None
+    headless: bool = False  # its frames began without the `Traceback` header: outer frames may be cut from the excerpt
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -195,6 +202,8 @@ class _Stream:
     source: str = ""  # the source line printed under the last frame
     logged: bool = False  # whether the last exception line came through a logger (its message's lines do too)
     announced: tuple[str, int] | None = None  # an ERROR record printed just before the traceback: its text and line
+    ipython: bool = False  # the traceback is IPython's (numbered source lines under each frame)
+    headless: bool = False  # frames read without a `Traceback` header before them
 
 
 class Reader:
@@ -224,9 +233,9 @@ class Reader:
         if not text:
             st.value_lines = 0
             return False
-        if text.startswith(_TRACEBACK):
+        if text.lstrip("`'\"").startswith(_TRACEBACK):  # also inside a quote a user pasted it in
             st.value_lines = 0
-            st.frames, st.in_traceback, st.after_frame, st.fatal = [], True, False, None
+            st.frames, st.in_traceback, st.after_frame, st.fatal, st.headless = [], True, False, None, False
             return True
         if text.startswith(_CAUSE):
             st.value_lines, st.cause_next = 0, True
@@ -246,6 +255,19 @@ class Reader:
         if text.startswith("File") and (m := _FRAME.match(text)):
             st.value_lines, st.frame_line = 0, line_no
             self._frame(st, frame_of(m.group("path"), int(m.group("line")), m.group("func")))
+            return True
+        if '.py"' in text and (m := _CUT_FRAME.match(text)):
+            st.value_lines, st.frame_line = 0, line_no
+            self._frame(st, frame_of(m.group("path"), int(m.group("line")), m.group("func")))
+            return True
+        if ".py" in text and (m := _IPYTHON.match(text)):
+            st.value_lines, st.frame_line = 0, line_no
+            self._frame(st, frame_of(m.group("path"), None, m.group("func")))
+            st.after_frame, st.ipython = False, True
+            return True
+        if st.ipython and st.in_traceback and (m := _IPYTHON_SOURCE.match(text)):
+            if m.group("arrow"):
+                st.source = m.group("source").strip()
             return True
         if ".py:" in text and (rich := _RICH.search(text)) and ("/" in rich.group("path") or "\\" in rich.group("path")):
             if rich.group("func"):
@@ -305,7 +327,7 @@ class Reader:
 
     def _frame(self, st: _Stream, frame: Frame) -> None:
         if st.fatal is None and not st.in_traceback:
-            st.frames, st.in_traceback = [], True  # frames without a header (an excerpt that starts mid-traceback)
+            st.frames, st.in_traceback, st.headless = [], True, True  # frames without a header (an excerpt that starts mid-traceback)
         if len(st.frames) < MAX_FRAMES:
             if st.fatal is not None:
                 st.frames.insert(0, frame)  # faulthandler prints the most recent call first
@@ -319,6 +341,8 @@ class Reader:
 
     def _raise(self, st: _Stream, m: re.Match[str], text: str, line_no: int, stream: str, logged: bool) -> None:
         cause = st.last if st.cause_next else None
+        if not st.frames and stream and (cut := self.streams.get("")) is not None and cut.frames and cut.in_traceback and 0 < line_no - cut.frame_line <= 3:
+            st.frames, cut.frames, cut.in_traceback, st.headless = cut.frames, [], False, True  # a cut frame line that lost its rank's prefix
         raised = Raised(
             m.group("type"),
             (m.group("value") or (m.groupdict().get("repr") or "")[1:-1]).strip()[:MAX_VALUE],
@@ -329,8 +353,9 @@ class Reader:
             m.groupdict().get("inner") or "",
             ignored=st.ignored_next,
             cause=cause,
+            headless=st.headless,
         )
-        st.frames, st.in_traceback, st.after_frame, st.cause_next, st.ignored_next = [], False, False, False, False
+        st.frames, st.in_traceback, st.after_frame, st.cause_next, st.ignored_next, st.ipython = [], False, False, False, False, False
         st.announced = None
         self._emit(st, raised)
         st.value_lines, st.logged = 1, logged

@@ -38,7 +38,7 @@ USER = ("/home/me/grpo/train.py", 40, "main")
         (
             tb(USER, (f"{SP}/trl/trainer/rollout.py", 210, "_sync"), exc="TypeError: LLM.sleep() got an unexpected keyword argument 'tags'"),
             "api_mismatch",
-            "called from",
+            "caller trl, callee vllm",
         ),
         # a model's forward missing an argument a newer caller passes positionally
         (
@@ -272,7 +272,7 @@ def test_an_import_failure_knows_what_python_already_imported(line: str, expecte
 def test_the_importer_of_a_missing_name_is_read_from_a_source_checkout() -> None:
     log = tb(("/work/Megatron-LM/megatron/core/utils.py", 13, "<module>"), exc="ImportError: cannot import name 'get_widget' from 'deepspeed'")
     v = verdict(log)
-    assert v.outcome == "api_mismatch" and "megatron imports get_widget from deepspeed" in v.remedy, v
+    assert v.outcome == "api_mismatch" and "megatron-core imports `get_widget` from deepspeed" in v.remedy, v
 
 
 def test_a_generic_accessor_raises_for_the_package_that_asked() -> None:

@@ -48,9 +48,9 @@ def test_a_name_a_module_lacks_is_a_version_mismatch() -> None:
         "ImportError: cannot import name 'top_k_top_p_filtering' from 'transformers' (/v/lib/python3.11/site-packages/transformers/__init__.py)\n"
     )
     verdict = classify(RunFacts(scan=scan_text(log), exit_code=1))
-    assert verdict.outcome == Outcome.API_MISMATCH and "raised in trl" in verdict.evidence
-    assert "trl imports top_k_top_p_filtering from transformers, which the installed transformers release does not have" in verdict.remedy
-    assert "do not go together" in verdict.remedy
+    assert verdict.outcome == Outcome.API_MISMATCH and "caller trl, callee transformers" in verdict.evidence
+    assert "trl imports `top_k_top_p_filtering` from transformers, which the installed transformers does not have" in verdict.remedy
+    assert "move trl to a release written for the installed transformers" in verdict.remedy
 
 
 @pytest.mark.parametrize(

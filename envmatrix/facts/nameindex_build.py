@@ -1,0 +1,250 @@
+"""Build the name index (facts/nameindex.json) from the packages' own releases: which distribution defines each public
+class, function and module name that appears in the GRPO stack's tracebacks.
+
+Read from the wheels (and, for a package published only as an sdist, its source archive) with `ast`, never installed:
+each module's top-level classes and functions, its CamelCase assignments (aliases) and its `__all__`; the top-level
+import packages each distribution installs; and, for a name two distributions define, which one each distribution's
+own modules import it from (`from transformers import Trainer` in trl: trl's `Trainer` is transformers'). Several
+releases of a package are joined, so a name a newer release removed (transformers' `HybridCache`) is still known.
+
+    python -m envmatrix.facts.nameindex_build --download DIR      # pip download SOURCES into DIR, then build
+    python -m envmatrix.facts.nameindex_build --wheels DIR ...    # build from archives already there
+
+`nox -s nameindex` runs the first. The CPU torch wheel is taken from PIP_FIND_LINKS / --wheels where one is there
+(a CUDA torch is several GB and defines the same names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import warnings
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .nameindex import DATA_FILE
+
+#: The releases the index is built from: the newest of each package of the stack, and the older releases users still run
+#: (names later releases removed are still the package's). Distribution names as pip spells them.
+SOURCES: tuple[str, ...] = (
+    "torch", "transformers", "transformers==4.57.6", "transformers==4.46.3", "tokenizers", "accelerate", "accelerate==1.10.1",
+    "accelerate==0.34.2", "peft", "peft==0.17.1", "peft==0.13.2", "trl", "trl==0.23.1", "trl==0.19.1", "deepspeed", "vllm",
+    "vllm==0.8.5", "flash-attn", "liger-kernel", "bitsandbytes", "datasets", "ray", "sglang", "megatron-core", "unsloth",
+    "unsloth-zoo", "verl", "openrlhf", "ms-swift", "llamafactory", "huggingface-hub", "safetensors", "xformers", "triton",
+    "flashinfer-python",
+)  # fmt: skip
+#: Published only as source archives (pip download takes the sdist; its metadata is not built).
+SDIST_ONLY = frozenset({"deepspeed", "flash-attn"})
+#: Folders of a source archive that are not installed packages.
+_NOT_PACKAGES = frozenset({"tests", "test", "docs", "examples", "benchmarks", "scripts", "csrc", "build", "third_party", "op_builder"})
+_PUBLIC = re.compile(r"^[A-Za-z]\w*$")
+_EXPORTED = re.compile(r"^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$")  # a class-like name in a lazy import structure
+_CAMEL = re.compile(r"^[A-Z][a-z0-9]+[A-Z]\w*$|^[A-Z]\w*(?:Error|Config|Cache|Model|Trainer|Tokenizer)$")
+_ARCHIVE = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>\d[\w.+!]*?)(?:-|\.tar\.gz$|\.zip$)")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
+class Distribution:
+    """What one distribution's archives define: its releases, import packages, names, and names it imports from others."""
+
+    name: str
+    releases: set[str] = field(default_factory=set)
+    packages: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)
+    imports: dict[str, set[str]] = field(default_factory=dict)  # name -> top-level packages it is imported from
+    requires: set[str] = field(default_factory=set)  # distributions it always requires (Requires-Dist without an extra)
+    exports: set[str] = field(default_factory=set)  # names its top-level `__init__` exports (its public API)
+
+
+_REQUIRES = re.compile(r"^Requires-Dist:\s*(?P<name>[A-Za-z0-9][\w.-]*)(?P<rest>.*)$", re.M)
+
+
+def _requires(path: Path) -> set[str]:
+    """The distributions a wheel always requires (its METADATA's Requires-Dist lines that no extra guards)."""
+    if path.suffix != ".whl":
+        return set()
+    with zipfile.ZipFile(path) as zf:
+        meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
+        text = zf.read(meta).decode("utf-8", "replace") if meta else ""
+    return {canonical(m.group("name")) for m in _REQUIRES.finditer(text) if "extra" not in m.group("rest")}
+
+
+def _members(path: Path) -> Iterator[tuple[str, bytes]]:
+    """(path inside the installed tree, source) of each .py file (and .pyi stub) in a wheel or a source archive."""
+    if path.suffix == ".whl":
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.filename.endswith((".py", ".pyi")) and ".data/" not in info.filename.split("/")[0]:
+                    yield info.filename.removesuffix("i"), zf.read(info)  # a compiled package's stubs name its API
+        return
+    with tarfile.open(path) as tf:
+        for member in tf:
+            if member.isfile() and member.name.endswith(".py"):
+                inner = member.name.split("/", 1)[1] if "/" in member.name else member.name
+                fh = tf.extractfile(member)
+                if fh is not None and inner.split("/")[0] not in _NOT_PACKAGES and "/" in inner:
+                    yield inner, fh.read()
+
+
+def read_source(source: bytes, dist: Distribution) -> None:
+    """Top-level definitions, CamelCase aliases, `__all__`, and `from X import Name` of one module."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escapes in old sources
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            return
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and _PUBLIC.match(node.name):
+            dist.names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id == "__all__" and isinstance(node.value, ast.List | ast.Tuple):
+                    dist.names.update(e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str) and _PUBLIC.match(e.value))
+                elif isinstance(target, ast.Name) and _CAMEL.match(target.id):
+                    dist.names.add(target.id)
+    for each in ast.walk(tree):
+        if isinstance(each, ast.ImportFrom) and each.module and each.level == 0:
+            top = each.module.split(".")[0]
+            for alias in each.names:
+                if _PUBLIC.match(alias.name):
+                    dist.imports.setdefault(alias.name, set()).add(top)
+
+
+def read_exports(source: bytes) -> set[str]:
+    """The names a package's top-level `__init__` exports: what it imports (also lazily, under TYPE_CHECKING), its
+    `__all__`, and the names in a lazy module's import structure (`_import_structure = {"models.qwen2": ["Qwen2Model"]}`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            return set()
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            out.update(a.asname or a.name for a in node.names if _PUBLIC.match(a.asname or a.name))
+        elif isinstance(node, ast.ClassDef | ast.FunctionDef) and _PUBLIC.match(node.name):
+            out.add(node.name)
+        elif isinstance(node, ast.List | ast.Tuple):
+            out.update(e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str) and _EXPORTED.match(e.value))
+    return out
+
+
+def read_archive(path: Path, dists: dict[str, Distribution]) -> None:
+    m = _ARCHIVE.match(path.name)
+    if m is None:
+        raise ValueError(f"{path}: not a wheel or sdist file name")
+    name = canonical(m.group("name"))
+    dist = dists.setdefault(name, Distribution(name))
+    dist.releases.add(m.group("version").split("+")[0])
+    dist.requires |= _requires(path)
+    for inner, source in _members(path):
+        top = inner.split("/")[0]
+        if "-" in top or top.endswith(".dist-info"):
+            continue
+        dist.packages.add(top.removesuffix(".py"))
+        read_source(source, dist)
+        if inner.count("/") == 1 and inner.endswith("/__init__.py"):
+            dist.exports |= read_exports(source)
+
+
+def build(archives: list[Path]) -> dict[str, object]:
+    """The index as JSON: releases read, import packages, names per distribution, ambiguous names' imports."""
+    dists: dict[str, Distribution] = {}
+    for path in sorted(archives):
+        print(f"reading {path.name}", file=sys.stderr)
+        read_archive(path, dists)
+    owner = {pkg: d.name for d in dists.values() for pkg in sorted(d.packages)}
+    definers: dict[str, set[str]] = {}
+    for d in dists.values():
+        for n in d.names:
+            definers.setdefault(n, set()).add(d.name)
+    imports: dict[str, dict[str, str]] = {}
+    for d in dists.values():
+        for n, tops in sorted(d.imports.items()):
+            sources = {owner[t] for t in tops if t in owner and owner[t] != d.name} & definers.get(n, set())
+            if len(definers.get(n, ())) > 1 and len(sources) == 1:
+                imports.setdefault(d.name, {})[n] = sources.pop()
+    return {
+        "about": "which distribution defines each public name: generated by envmatrix.facts.nameindex_build, do not edit",
+        "built": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "releases": {d.name: sorted(d.releases) for d in sorted(dists.values(), key=lambda d: d.name)},
+        "packages": dict(sorted(owner.items())),
+        "names": {d.name: " ".join(sorted(d.names)) for d in sorted(dists.values(), key=lambda d: d.name)},
+        "imports": {k: dict(sorted(v.items())) for k, v in sorted(imports.items())},
+        "exports": {
+            name: " ".join(sorted(ex))
+            for name, ex in ((d.name, {n for n in d.exports if len(definers.get(n, ())) > 1}) for d in sorted(dists.values(), key=lambda d: d.name))
+            if ex
+        },
+        "requires": {d.name: sorted(d.requires & set(dists)) for d in sorted(dists.values(), key=lambda d: d.name) if d.requires & set(dists)},
+    }
+
+
+def _shared_exports(dists: dict[str, Distribution], definers: dict[str, set[str]]) -> dict[str, str]:
+    """Per distribution, the names its top-level package exports that another distribution defines too (the rest need
+    no telling apart)."""
+    out = {}
+    for d in sorted(dists.values(), key=lambda d: d.name):
+        shared = sorted(n for n in d.exports if len(definers.get(n, ())) > 1)
+        if shared:
+            out[d.name] = " ".join(shared)
+    return out
+
+
+def download(folder: Path) -> None:
+    """pip download each of SOURCES (no dependencies) into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(folder), "--python-version", "3.11"]
+    platforms = [
+        f"--platform={p}"
+        for p in ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any")
+    ]
+    for spec in SOURCES:
+        name = canonical(re.split(r"[=<>!~]", spec)[0])
+        if name == "torch" and any(folder.glob("torch-*.whl")):
+            continue
+        if name in SDIST_ONLY:  # its metadata is prepared with this interpreter's torch, no extension built
+            env = {**os.environ, "DS_BUILD_OPS": "0", "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"}
+            subprocess.run([*base[:4], "--no-deps", "-d", str(folder), "--no-binary=:all:", "--no-build-isolation", spec], check=True, env=env)
+        else:
+            subprocess.run([*base, "--only-binary=:all:", *platforms, spec], check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--wheels", type=Path, action="append", default=[], help="a folder of wheels / sdists to read")
+    p.add_argument("--download", type=Path, help="pip download SOURCES into this folder first, then read it")
+    p.add_argument("--out", type=Path, default=DATA_FILE)
+    args = p.parse_args(argv)
+    folders = [*args.wheels]
+    if args.download:
+        download(args.download)
+        folders.append(args.download)
+    archives = [f for folder in folders for f in folder.iterdir() if f.name.endswith((".whl", ".tar.gz"))]
+    if not archives:
+        print("nameindex: no wheels or sdists to read: pass --wheels DIR or --download DIR", file=sys.stderr)
+        return 2
+    index = build(archives)
+    args.out.write_text(json.dumps(index, indent=0, sort_keys=False) + "\n", encoding="utf-8")
+    names: dict[str, str] = index["names"]  # type: ignore[assignment]
+    print(f"{args.out}: {sum(len(v.split()) for v in names.values())} names, {args.out.stat().st_size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
