@@ -124,10 +124,81 @@ def _why(report: dict[str, Any]) -> str:
     return f"it fails on a single user turn: {error}"
 
 
+#: What one constant expression of a template may come to before anything renders (characters, items, or the value
+#: of an integer): Jinja folds constants when it compiles, so `{{ 'x' * 10**9 }}` costs its gigabyte then.
+MAX_LITERAL = 16 * untrusted.TEMPLATE_OUTPUT_CHARS
+
+
+def _size(node: Any) -> int | None:
+    """What a constant expression comes to (a string's or list's length, an integer's value), None when not constant;
+    above MAX_LITERAL it is capped just above, so nothing big is ever computed here."""
+    from jinja2 import nodes
+
+    cap = MAX_LITERAL + 1
+    if isinstance(node, nodes.Const):
+        value = node.value
+        if isinstance(value, bool) or value is None:
+            return 0
+        if isinstance(value, int):
+            return min(abs(value), cap)
+        return min(len(value), cap) if isinstance(value, (str, bytes, list, tuple)) else 0
+    if isinstance(node, (nodes.List, nodes.Tuple)):
+        return min(sum(_size(item) or 0 for item in node.items) + len(node.items), cap)
+    if isinstance(node, (nodes.Mul, nodes.Pow, nodes.Add, nodes.Concat)):
+        operands = node.nodes if isinstance(node, nodes.Concat) else [node.left, node.right]
+        sizes = [_size(o) for o in operands]
+        if any(size is None for size in sizes):
+            return None
+        known = [int(size) for size in sizes if size is not None]
+        if isinstance(node, nodes.Mul):
+            return min(known[0] * known[1], cap)
+        if isinstance(node, nodes.Pow):
+            base, exponent = known
+            return cap if base > 1 and exponent * max(base.bit_length() - 1, 1) > MAX_LITERAL.bit_length() else min(base**exponent, cap)
+        return min(sum(known), cap)
+    return None
+
+
+def literal_problem(source: str) -> str | None:
+    """Why a template's text is refused before it renders: a constant expression beyond MAX_LITERAL (Jinja's parser
+    only: nothing is compiled or run here); None for a template this check passes (the sandbox bounds the rest)."""
+    try:
+        from jinja2 import Environment, TemplateSyntaxError, nodes
+    except ImportError:  # pragma: no cover - transformers needs jinja2 to render at all
+        return None
+    try:
+        tree = Environment().parse(source)
+    except TemplateSyntaxError:
+        return None  # the sandbox renders it and reports the syntax error in its words
+    except RecursionError:
+        return "it nests too deeply to parse"
+    for node in tree.find_all((nodes.Mul, nodes.Pow, nodes.Add, nodes.Concat)):
+        size = _size(node)
+        if size is not None and size > MAX_LITERAL:
+            return (
+                f"line {node.lineno}: a constant expression comes to more than {untrusted.size_text(MAX_LITERAL)} "
+                "(a literal repeated or raised without bound); a chat template renders a few short turns"
+            )
+    return None
+
+
+def _sources(tokenizer: Any) -> list[str]:
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str):
+        return [template]
+    if isinstance(template, dict):
+        return [t for t in template.values() if isinstance(t, str)]
+    return []
+
+
 def render(tokenizer: Any, prompts: list[str], origin: str) -> list[str]:
     """`prompts` as single user turns through the tokenizer's chat template (with the generation prompt),
     rendered in the sandbox; TemplateRefused naming `origin` and why when it does not end, grows without bound,
-    escapes, includes a file or fails."""
+    escapes, includes a file or fails. Its constant expressions are bounded first (`literal_problem`)."""
+    for source in _sources(tokenizer):
+        problem = literal_problem(source)
+        if problem:
+            raise TemplateRefused(f"{origin}: the chat template cannot be used: {problem}")
     read_fd, write_fd = os.pipe()
     with warnings.catch_warnings():  # Python 3.12+ warns on fork in a threaded process: the child only renders
         warnings.simplefilter("ignore", DeprecationWarning)

@@ -133,15 +133,15 @@ def pseudo_file(path: Path | str) -> str | None:
 def regular_size(path: Path, kind: Kind) -> int:
     """The size of `path`, a regular file within the kind's bound, outside /proc, /sys and /dev; otherwise Refused
     naming it and why (never quoting it)."""
-    root = pseudo_file(path)
-    if root is not None:
-        raise Refused(f"{path}: a file of {root}, not {kind.what}; nothing is read from {', '.join(PSEUDO_ROOTS)}: give a file of yours")
     try:
         info = path.stat()
     except OSError as exc:
         raise Refused(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if not stat.S_ISREG(info.st_mode):
         raise Refused(f"{path}: not a regular file ({_file_type(info.st_mode)}); give {kind.what}")
+    root = pseudo_file(path)
+    if root is not None:
+        raise Refused(f"{path}: a file of {root}, not {kind.what}; nothing is read from {', '.join(PSEUDO_ROOTS)}: give a file of yours")
     if info.st_size > kind.max_bytes:
         raise _refuse(path, f"{info.st_size:,} bytes, more than {kind.what} may hold ({size_text(kind.max_bytes)})", kind)
     return info.st_size

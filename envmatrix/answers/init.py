@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.untrusted import MATRIX, Refused
-from probes.untrusted import read_text as read_untrusted_text
+from probes.untrusted import read_bytes as read_untrusted_bytes
 
 from ..errors import InputError, SpecError, printable
 from ..facts import catalog
@@ -386,11 +386,15 @@ def new_text(d: Draft) -> str:
     return "\n".join(head + body) + "\n"
 
 
-def _old_text(path: Path) -> str:
+def _old_text(path: Path) -> tuple[str, str]:
+    """The existing file's text and its byte-order mark ('' or U+FEFF), which the rewrite keeps."""
     try:
-        return read_untrusted_text(path, MATRIX)
+        raw = read_untrusted_bytes(path, MATRIX)
+        return raw.decode("utf-8-sig"), "\ufeff" if raw.startswith(b"\xef\xbb\xbf") else ""
     except Refused as exc:
         raise InputError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
 def prepare(target: Path, d: Draft) -> tuple[str, Spec]:
@@ -399,7 +403,8 @@ def prepare(target: Path, d: Draft) -> tuple[str, Spec]:
     other profile and scenario loads unchanged. Nothing is written here."""
     real, _ = file_target(target, "--file")
     existing = load(real) if real.exists() else None
-    text = merged_text(_old_text(real), d) if existing is not None else new_text(d)
+    old, bom = _old_text(real) if existing is not None else ("", "")
+    text = merged_text(old, d) if existing is not None else new_text(d)
     try:
         spec = load_text(text, str(target))
     except SpecError as exc:  # a bug here, never the user's: say what the written file would have been refused for
@@ -409,7 +414,7 @@ def prepare(target: Path, d: Draft) -> tuple[str, Spec]:
         changed += [s for s, sc in existing.scenarios.items() if spec.scenarios.get(s) != sc]
         if changed:
             raise InputError(f"{target}: adding profile '{d.name}' would change {', '.join(changed)} (an unusual layout); nothing was written")
-    return text, spec
+    return bom + text, spec
 
 
 def write(target: Path, d: Draft) -> Spec:

@@ -31,6 +31,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
+from probes import untrusted
+
 from ..host.pipconfig import read_pip_settings
 
 if TYPE_CHECKING:
@@ -187,12 +189,23 @@ def _requirements(metadata: str) -> Metadata:
 
 def sdist_url(name: str, version: str, index: str) -> tuple[str, str]:
     """The sdist of a release and its sha256 from the index's JSON page (PEP 691)."""
-    request = urllib.request.Request(f"{index.rstrip('/')}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(request, timeout=60) as reply:
-        files = json.loads(reply.read())["files"]
-    for f in files:
-        if f["filename"] in (f"{name}-{version}.tar.gz", f"{name.replace('-', '_')}-{version}.tar.gz"):
-            return urllib.parse.urljoin(reply.url, f["url"]), f["hashes"]["sha256"]
+    from ..share.fetch import SiteError, fetch_url  # the one fetcher: redirects, bounds
+    from ..share.limits import Limits
+
+    page = f"{index.rstrip('/')}/{name}/"
+    try:
+        body, _, final = fetch_url(
+            page, untrusted.INDEX_PAGE.max_bytes, "an index page", accept="application/vnd.pypi.simple.v1+json", limits=Limits(file_s=60)
+        )
+        data = untrusted.parse_json(body, page, untrusted.INDEX_PAGE)
+    except (SiteError, untrusted.Refused) as exc:
+        raise OSError(str(exc)) from None
+    files = data.get("files") if isinstance(data, dict) else None
+    for f in files if isinstance(files, list) else []:
+        if not isinstance(f, dict) or not isinstance(f.get("url"), str) or not isinstance(f.get("hashes"), dict):
+            continue
+        if f.get("filename") in (f"{name}-{version}.tar.gz", f"{name.replace('-', '_')}-{version}.tar.gz") and isinstance(f["hashes"].get("sha256"), str):
+            return urllib.parse.urljoin(final, f["url"]), f["hashes"]["sha256"]
     raise OSError(f"{name} {version}: no wheel and no sdist on {index}")
 
 

@@ -21,6 +21,8 @@ from urllib.parse import urljoin, urlsplit
 
 import urllib3
 
+from probes.untrusted import size_text
+
 from .. import __version__
 from ..errors import InputError, printable
 from ..jsonio import read_bytes_bounded
@@ -244,7 +246,7 @@ class HttpSite:
                 raise SiteError(f"{url}: sent {encoding}-compressed although asked for identity; envmatrix reads sites uncompressed")
             length = response.headers.get("Content-Length")
             if length is not None and length.isdigit() and int(length) > cap:
-                raise SiteError(f"{url}: {length} bytes, larger than {kind} can be ({cap})")
+                raise SiteError(f"{url}: {length} bytes, more than {size_text(cap)}: larger than {kind} can be ({cap})")
             parts: list[bytes] = []
             got = 0
             while True:
@@ -259,7 +261,7 @@ class HttpSite:
                 got += len(chunk)
                 self.read += len(chunk)
                 if got > cap:
-                    raise SiteError(f"{url}: more than {cap} bytes, larger than {kind} can be (an endless response?); left out")
+                    raise SiteError(f"{url}: more than {cap} bytes ({size_text(cap)}), larger than {kind} can be (an endless response?); left out")
                 if self.read > self.limits.site_bytes:
                     raise SiteExhausted(f"{self.source}: more than {self.limits.site_bytes} bytes in all; the rest of this site is left out")
                 parts.append(chunk)

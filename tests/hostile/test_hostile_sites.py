@@ -50,7 +50,7 @@ def hostile() -> Iterator[str]:
     [
         ("huge/", f"larger than a site index can be ({MAX_INDEX_BYTES})"),
         ("many/", f"lists 25000 records, more than a site may ({MAX_RECORDS_PER_SITE})"),
-        ("endless/", f"more than {MAX_INDEX_BYTES} bytes, larger than a site index can be (an endless response?)"),
+        ("endless/", f"more than {MAX_INDEX_BYTES} bytes (8 MiB), larger than a site index can be (an endless response?)"),
         ("records/", "garbage.json: not JSON"),
         ("records/", f"endless.json: more than {MAX_RECORD_BYTES} bytes"),
         ("loop/", "a redirect loop"),

@@ -131,7 +131,7 @@ def test_report_refuses_a_fifo_where_its_csv_goes_and_writes_nothing(tmp_path: P
     assert stat.S_ISFIFO(os.lstat(out / "results.csv").st_mode) and not (out / "matrix.html").exists()
 
 
-def test_init_keeps_comments_line_endings_and_mode(tmp_path: Path) -> None:
+def test_init_keeps_comments_line_endings_mode_and_bom(tmp_path: Path) -> None:
     req = tmp_path / "requirements.txt"
     req.write_text(REQS)
     target = tmp_path / "m.yaml"
@@ -139,7 +139,7 @@ def test_init_keeps_comments_line_endings_and_mode(tmp_path: Path) -> None:
     text = target.read_text()
     # the user's own comment after the profile, CRLF endings, a private mode
     text = text.replace("\nscenarios:\n", "\n# keep me: the team's note about the next section\nscenarios:\n", 1)
-    target.write_bytes(text.replace("\n", "\r\n").encode())
+    target.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
     target.chmod(0o600)
     req.write_text(REQS.replace("4.57.6", "4.51.3"))
     assert main(["init", "--from", str(req), "--file", str(target), "--gpu", "cpu"]) == 0
@@ -147,6 +147,7 @@ def test_init_keeps_comments_line_endings_and_mode(tmp_path: Path) -> None:
     assert b"# keep me: the team's note about the next section\r\n" in raw
     assert raw.count(b"\n") == raw.count(b"\r\n"), "every line keeps its CRLF"
     assert b"4.51.3" in raw and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert raw.startswith(b"\xef\xbb\xbf") and raw.count(b"\xef\xbb\xbf") == 1, "the byte-order mark is kept, once"
 
 
 @pytest.mark.parametrize("profile", ["'q'", "Bad Name", "x" * 200, "a\x1b]0;t\x07"])

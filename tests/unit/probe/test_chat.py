@@ -32,7 +32,8 @@ def test_a_good_template_renders_as_transformers_does() -> None:
     ("template", "said"),
     [
         ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "still renders after 5 s (a loop without end?)"),
-        ("{{ 'x' * 10000000000 }}", "needs more than 256 MiB to render"),
+        ("{{ 'x' * 10000000000 }}", "a constant expression comes to more than 1 MiB"),
+        ("{{ 'x' * 100000 * 100 }}", "a constant expression comes to more than 1 MiB"),
         ("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}", "needs more than 256 MiB"),
         ("{{ 'x'|center(2000000000) }}", "needs more than 256 MiB"),
         ("{{ 'x' * 1000000 }}", "renders 2,000,000 characters"),
@@ -44,7 +45,21 @@ def test_a_good_template_renders_as_transformers_does() -> None:
         ("{% for %}", "not a valid Jinja template"),
         ("{{ raise_exception('roles must alternate') }}", "fails on a single user turn: TemplateError: roles must alternate"),
     ],
-    ids=["loop", "huge-string", "doubling", "center", "big-output", "include", "import", "escape", "escape-globals", "recursion", "syntax", "raises"],
+    ids=[
+        "loop",
+        "huge-string",
+        "huge-literal",
+        "doubling",
+        "center",
+        "big-output",
+        "include",
+        "import",
+        "escape",
+        "escape-globals",
+        "recursion",
+        "syntax",
+        "raises",
+    ],
 )
 def test_a_template_the_sandbox_refuses_is_bad_input_naming_it(template: str, said: str) -> None:
     with pytest.raises(chat.TemplateRefused) as caught:
@@ -72,3 +87,14 @@ def test_the_probe_renders_once_and_uses_the_sandboxs_rendering(monkeypatch: pyt
 
 def test_the_limits_are_the_bounds_owners() -> None:
     assert untrusted.TEMPLATE_SECONDS <= 10 and untrusted.TEMPLATE_MEMORY <= 512 << 20 and untrusted.TEMPLATE_OUTPUT_CHARS <= 1 << 20
+
+
+def test_a_huge_literal_is_refused_before_anything_renders(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_fork() -> int:
+        raise AssertionError("forked: the literal was not bounded before rendering")
+
+    monkeypatch.setattr(chat.os, "fork", no_fork)
+    for template in ("{{ 'abcd' * 900000000 }}", "{% set s = 'x' * 10**9 %}{{ s|length }}", "{{ ['a', 'b'] * 10**8 }}"):
+        with pytest.raises(chat.TemplateRefused, match="a constant expression comes to more than"):
+            chat.render(tokenizer_with(template), PROMPTS, "t.jinja")
+    assert chat.literal_problem("{% for m in messages %}{{ m.content * 3 }}{{ '-' * 40 }}{% endfor %}") is None
