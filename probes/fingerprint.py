@@ -57,10 +57,7 @@ def reference_tensor(name: str, shape: tuple[int, ...], base: float) -> torch.Te
     """The reference value of one parameter: a matrix ~ U(+-sqrt(3/fan_in)); a vector `base` + U(+-VECTOR_NOISE)."""
     count = math.prod(shape)
     u = uniform(f"envmatrix-reference-v{FINGERPRINT_VERSION}|{canonical(name)}|{list(shape)}", count)
-    if len(shape) >= 2:
-        values = u * math.sqrt(3.0 / max(1, math.prod(shape[1:])))
-    else:
-        values = base + VECTOR_NOISE * u
+    values = u * math.sqrt(3.0 / max(1, math.prod(shape[1:]))) if len(shape) >= 2 else base + VECTOR_NOISE * u
     return values.float().view(shape)
 
 
@@ -120,13 +117,16 @@ def group_of(name: str) -> str:
     return "other"
 
 
-def batch(source: families.ModelSource, tokenizer: Any, prompts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor]:
+Batch = tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor]
+
+
+def batch(tokenizer: Any, prompts: list[str], device: torch.device) -> Batch:
     """(input_ids, attention_mask, prompt length, completion ids, completion mask): left-padded prompts (each
     repeated GROUP times), right-padded completions ending in EOS, as a trainer's training forward sees them."""
     texts, templated = families.format_prompts(tokenizer, prompts)
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not templated)
     ids, mask = enc["input_ids"].repeat_interleave(GROUP, 0), enc["attention_mask"].repeat_interleave(GROUP, 0)
-    rows = [list(tokenizer(c, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id] for c in COMPLETIONS[: ids.shape[0]]]
+    rows = [[*tokenizer(c, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id] for c in COMPLETIONS[: ids.shape[0]]]
     width = max(len(r) for r in rows)
     comp = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
     cmask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
@@ -170,10 +170,11 @@ def measure(source: families.ModelSource, attn: str, dtype: str, tokenizer: Any,
     if fault == "drift":
         perturb(model)
     digest = load_reference_weights(model) if weights == "reference" else _checkpoint_digest(model)
-    if source.family and families.FAMILIES[source.family].prepare is not None:
-        families.FAMILIES[source.family].prepare(model)  # gemma2's softcap bite, on the reference weights
+    prepare = families.FAMILIES[source.family].prepare if source.family else None
+    if prepare is not None:
+        prepare(model)  # gemma2's softcap bite, on the reference weights
     model = model.to(device).train()
-    ids, mask, plen, comp, cmask = batch(source, tokenizer, prompts, device)
+    ids, mask, plen, comp, cmask = batch(tokenizer, prompts, device)
     rewards = grpo.rewards_for([tokenizer.decode(r[m.bool()], skip_special_tokens=True) for r, m in zip(comp.cpu(), cmask.cpu(), strict=True)], GROUP, device)
     adv = grpo.advantages(rewards, "unbiased")
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -232,4 +233,3 @@ def _checkpoint_digest(model: Any) -> str:
         digest.update(f"{canonical(name)}|{list(param.shape)}|".encode())
         digest.update(param.detach().float().cpu().numpy().tobytes())
     return digest.hexdigest()
-

@@ -19,7 +19,7 @@ import jinja2
 
 from .. import __version__
 from ..jsonio import write_json_atomic, write_text_atomic
-from ..records.outcomes import Outcome, table_for_templates
+from ..records.outcomes import DRIFT, Outcome, table_for_templates
 from ..records.provenance import Merged, Provenance, Sourced, from_folders
 from ..records.record import Record, Status
 from .findings import find, version_order
@@ -177,6 +177,9 @@ def render_html(
         failure=Outcome.ERROR.value,
         findings=found,
         failed_controls=list(found.controls.failed),
+        drift=found.drift,
+        drifted={c.record.id: c for c in found.drift.comparisons if c.drifts},
+        drift_kind=DRIFT.as_dict(),
         since=previous is not None,
         standings=[{**v.as_dict(), "vetted": v.vetted, "why_not": v.why_not()} for v in standings(records)],
         fails_everywhere=failing_everywhere(records),

@@ -17,8 +17,9 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
-from ..records.outcomes import FAILURE_GLYPH, Outcome, facts_of, glyph
+from ..records.outcomes import DRIFT, FAILURE_GLYPH, Outcome, facts_of, glyph
 from ..records.record import Record, Status
+from .drift import DriftReport
 from .findings import Findings, find, version_order
 from .vetting import failing_everywhere, fold_text, not_applicable, standings
 
@@ -98,6 +99,19 @@ def print_findings(console: Console, found: Findings) -> None:
     for r in found.controls.failed:
         loud = "[bold red]control NOT reproduced (its detector is broken here)[/]"
         console.print(f"{loud}: {escape(r.id)} expected {r.expect}, got {r.klass}: {escape(r.outcome.evidence)}")
+    print_drift(console, found.drift)
+
+
+def print_drift(console: Console, drift: DriftReport) -> None:
+    """The drift line, each drifting cell, and a drift control that was not found (loud: the detector is broken)."""
+    if not drift.comparisons:
+        return
+    missed = drift.controls_missed
+    console.print(f"[{'bold red' if missed else 'dim'}]{escape(drift.text)}[/]")
+    for c in drift.drifting:
+        console.print(f"[yellow]{DRIFT.glyph}[/] {escape(c.text)}")
+    for c in missed:
+        console.print(f"[bold red]drift control NOT found (the drift detector is broken here)[/]: {escape(c.text)}")
 
 
 def compact_table(records: list[Record]) -> tuple[Table, list[str]]:

@@ -295,7 +295,7 @@ class FingerprintStep:
     loss: float | str | None = field(default=None, metadata=_doc("the GRPO loss against step 0's log-probabilities (a non-finite one as text)"))
     nll: float | str | None = field(default=None, metadata=_doc("mean negative log-likelihood of the completions"))
     grad_norm: float | str | None = None
-    grad_norm_groups: Mapping[str, float | str] = field(default_factory=dict, metadata=_doc("step 0: per parameter group (embed, attention, mlp, norm, head, ...)"))
+    grad_norm_groups: Mapping[str, float | str] = field(default_factory=dict, metadata=_doc("step 0: per parameter group (embed, attention, mlp, norm, head)"))
 
 
 @dataclass(frozen=True)
