@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..records.outcomes import Outcome
 from ..records.probe_result import Fingerprint
 from ..records.record import Record, Status
 
@@ -337,3 +338,50 @@ def report(records: Iterable[Record], reference: str | None = None) -> DriftRepo
             elif ref.id != r.id:
                 out.append(compare(ref, r))
     return DriftReport(tuple(refs), tuple(out), tuple(without))
+
+
+#: The word bisect and watch use for a cell that trains but whose numbers left the reference's.
+LABEL = "drift"
+WORDS = {"logp": "log-probabilities", "loss": "loss", "nll": "NLL", "grad_norm": "gradient norm", "weights": "weights", "tokens": "completion tokens"}
+
+
+def against(reference: Record, record: Record) -> Comparison | None:
+    """`record` against one reference cell (a watch's baseline, a bisection's good release), when both carry
+    fingerprints of the same model, dtype, attention and device; else None."""
+    if not (_usable(reference) and _usable(record)) or key(reference) != key(record):
+        return None
+    return compare(reference, record)
+
+
+def brief(c: Comparison, whose: str = "your baseline") -> str:
+    """`numbers differ from your baseline from step 0: log-probabilities 2e-02 away; its loss curve leaves it at
+    step 2`, or `numbers agree with your baseline (largest log-probabilities 3e-07)`."""
+    first = c.first
+    if first is None:
+        logp = c.worst.get("logp")
+        return f"numbers agree with {whose}" + (f" (largest log-probability difference {logp:.0e})" if logp is not None else "")
+    name, _, group = first.quantity.partition("[")
+    word = WORDS.get(name, name) + (f" of the {group.rstrip(']')} parameters" if group else "")
+    size = "" if math.isinf(first.size) else f" {first.size:.0e} {'relative' if name == 'grad_norm' else 'away'}"
+    text = f"numbers differ from {whose} from step {first.step}: {word}{size}"
+    if (later := c.later) is not None and later is not first:
+        text += f"; its {WORDS.get(later.quantity, later.quantity)} curve leaves it at step {later.step}"
+    if c.changed:
+        text += f" ({'; '.join(c.changed)})"
+    return text
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a follow-up question (bisect) reads of a cell that trained: `drift` or its class, and why."""
+
+    label: str
+    text: str
+
+
+def drift_label(reference: Record, record: Record) -> Seen | None:
+    """A cell that trained (ok) against the reference cell: `drift` when its numbers left the reference's, else ok;
+    None when it did not train or the two cannot be compared (bisect then reads its outcome as it is)."""
+    if record.klass != Outcome.OK or (c := against(reference, record)) is None:
+        return None
+    return Seen(LABEL if c.drifts else record.klass, brief(c, "the good release's"))
