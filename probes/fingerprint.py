@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 import torch
+import transformers
 
 from probes import families, grpo, parity
 
@@ -33,7 +34,7 @@ LR = 0.01
 #: Log-probabilities kept as located samples (every one on the tiny families; evenly spaced beyond).
 MAX_SAMPLES = 96
 #: Scalars of the model's config kept, so a comparison can name a changed default.
-MAX_CONFIG_KEYS = 80
+MAX_CONFIG_KEYS = 120
 #: The drift control: a changed default epsilon (ten times rms_norm_eps), as a release that changed it would compute.
 PERTURB_EPS = 10.0
 #: Reference weights: |uniform| bound for a matrix is sqrt(3 / fan_in) (std 1/sqrt(fan_in)); vectors get this noise.
@@ -86,11 +87,12 @@ def config_scalars(model: Any) -> dict[str, Any]:
     """The text config's plain scalars (epsilons, rope settings, scales, softcaps): what a changed default shows in."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     raw = config.to_dict()
-    skip = ("transformers_version", "_name_or_path", "architectures", "torch_dtype", "dtype", "id2label", "label2id")
+    skip = {"transformers_version", "_name_or_path", "architectures", "torch_dtype", "dtype", "id2label", "label2id"}
+    skip |= set(transformers.GenerationConfig().to_dict())  # sampling settings 4.x configs still carry: not the forward's
     out: dict[str, Any] = {}
     for key in sorted(raw):
         value = raw[key]
-        if key in skip or key.endswith("_token_id"):
+        if key in skip or key.startswith("_") or key.endswith("_token_id"):
             continue
         if isinstance(value, (bool, int, float, str)) or value is None:
             out[key] = value if not isinstance(value, float) or math.isfinite(value) else str(value)

@@ -209,16 +209,24 @@ def changed(ref: Record, other: Record) -> tuple[str, ...]:
         out.append(", ".join(axes))
     fa, fb = ref.fingerprint, other.fingerprint
     if fa is not None and fb is not None:
-        keys = sorted(set(fa.config) | set(fb.config))
-        config = [f"{k} {fa.config.get(k, '(absent)')} → {fb.config.get(k, '(absent)')}" for k in keys if fa.config.get(k) != fb.config.get(k)]
+        both = sorted(k for k in set(fa.config) & set(fb.config) if not k.startswith("_") and fa.config[k] != fb.config[k])
+        config = [f"{k} {_shown(fa.config[k])} → {_shown(fb.config[k])}" for k in both]
+        one_side = sorted(k for k in set(fa.config) ^ set(fb.config) if not k.startswith("_"))
         if config:
             out.append("config " + ", ".join(config[:6]) + (" …" if len(config) > 6 else ""))
+        if one_side:  # a release that dropped or added attributes (transformers 5 moved the generation ones out)
+            out.append(f"{len(one_side)} config keys on one side only ({', '.join(one_side[:3])}{' …' if len(one_side) > 3 else ''})")
         if fa.attn != fb.attn:
             out.append(f"attention {fa.attn} → {fb.attn}")
     fault = other.cell.scenario_settings.get("fault")
     if fault and fault != "none":
         out.append(f"fault {fault} injected")
     return tuple(out)
+
+
+def _shown(value: object) -> str:
+    """A config value in a message: floats to 3 significant digits (1e-05, not 9.999999999999999e-06)."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def _usable(r: Record) -> bool:
