@@ -7,9 +7,10 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import InputError
+from ..outputs.drift import report as drift_report
 from ..outputs.findings import find
 from ..outputs.report import write_merged
-from ..outputs.summary import print_findings, print_vetting
+from ..outputs.summary import print_drift, print_findings, print_vetting
 from ..outputs.terminal import Console
 from ..records.provenance import Merged, from_folders
 from ..share.keys import load_trusted
@@ -50,6 +51,7 @@ def handle(args: argparse.Namespace) -> int:
     console = Console()
     records = merged.records
     print_findings(console, find(records, previous or ()))
+    print_drift(console, drift_report(records))
     print_vetting(console, records)
     print(provenance_line(merged))
     print(f"report: {outputs['html']} ({outputs['csv'].name}, {outputs['json'].name}, {outputs['vetted'].name})")

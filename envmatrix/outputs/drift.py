@@ -22,6 +22,7 @@ from typing import Any
 from ..records.outcomes import Outcome
 from ..records.probe_result import Fingerprint
 from ..records.record import Record, Status
+from .findings import version_order
 
 #: The fault a drift control injects (probes/fingerprint.PERTURB_EPS: rms_norm_eps x 10).
 CONTROL_FAULT = "drift"
@@ -85,8 +86,10 @@ class Difference:
 
     @property
     def text(self) -> str:
-        kind = "relative" if self.quantity.startswith("grad_norm") else "away"
         at = f", {self.where}" if self.where else ""
+        if math.isinf(self.size):  # not a size: the inputs themselves differ (weights, tokens)
+            return f"{self.quantity} differ (step {self.step}{at})"
+        kind = "relative" if self.quantity.startswith("grad_norm") else "away"
         return f"{self.quantity} {self.size:.1e} {kind} (step {self.step}{at}; tolerance {self.tolerance:.0e})"
 
 
@@ -229,6 +232,11 @@ def _shown(value: object) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
+def usable(r: Record) -> bool:
+    """A cell that ran and whose fingerprint holds numbers."""
+    return _usable(r)
+
+
 def _usable(r: Record) -> bool:
     fp = r.fingerprint
     return r.status not in (Status.SKIPPED, Status.COVERED) and fp is not None and fp.error is None and fp.logp is not None
@@ -253,8 +261,6 @@ def key(r: Record) -> tuple[str, ...]:
 
 def reference_env(records: Iterable[Record]) -> str | None:
     """The profile's base environment: the one with the fewest packages installed, then the oldest releases."""
-    from .findings import version_order  # one ordering of versions
-
     envs: dict[str, Record] = {}
     for r in records:
         if _usable(r):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -20,8 +20,6 @@ from packaging.version import InvalidVersion, Version
 from ..records.outcomes import Outcome
 from ..records.record import Record, Status
 from ..verdict.imports import read_missing
-from .drift import DriftReport
-from .drift import report as drift_report
 
 #: Outcomes that say nothing about the stack's training behaviour.
 QUIET = (Outcome.SKIPPED,)
@@ -126,7 +124,6 @@ class Findings:
     changes: tuple[Change, ...]
     findings: tuple[Finding, ...]
     controls: Controls
-    drift: DriftReport = field(default_factory=DriftReport)  # numbers that differ from the reference's (outputs/drift.py)
 
 
 def _ran(records: Iterable[Record]) -> list[Record]:
@@ -256,7 +253,7 @@ def find(records: Iterable[Record], previous: Iterable[Record] = ()) -> Findings
     found.sort(key=lambda f: f.everywhere)  # differences first, then what fails everywhere
     controls = [r for r in records if r.control]
     failed = tuple(sorted((r for r in controls if r.control == "not reproduced"), key=lambda r: r.id))
-    return Findings(tuple(changes(records, previous)), tuple(found), Controls(len(controls), failed), drift_report(records))
+    return Findings(tuple(changes(records, previous)), tuple(found), Controls(len(controls), failed))
 
 
 def changes(records: Iterable[Record], previous: Iterable[Record]) -> list[Change]:

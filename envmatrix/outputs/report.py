@@ -22,6 +22,7 @@ from ..jsonio import write_json_atomic, write_text_atomic
 from ..records.outcomes import DRIFT, Outcome, table_for_templates
 from ..records.provenance import Merged, Provenance, Sourced, from_folders
 from ..records.record import Record, Status
+from .drift import report as drift_report
 from .findings import find, version_order
 from .vetting import failing_everywhere, fold_text, not_applicable, standings, vetted_environments
 
@@ -160,6 +161,7 @@ def render_html(
     details = {rec.id: _detail(rec, provenance.get(rec.id)) for rec in records}
     counts = Counter(r.klass for r in records if r.control != "reproduced" and r.id not in na)  # reproduced controls, n/a: quiet chips
     found = find(records, previous or ())
+    drifting = drift_report(records)
     probe_versions = sorted({v for r in records if (v := r.probe_version)})
     env_loader = jinja2.PackageLoader("envmatrix.outputs", "templates")
     page = jinja2.Environment(loader=env_loader, autoescape=True, undefined=jinja2.StrictUndefined).get_template("matrix.html.j2")
@@ -177,8 +179,8 @@ def render_html(
         failure=Outcome.ERROR.value,
         findings=found,
         failed_controls=list(found.controls.failed),
-        drift=found.drift,
-        drifted={c.record.id: c for c in found.drift.comparisons if c.drifts},
+        drift=drifting,
+        drifted={c.record.id: c for c in drifting.comparisons if c.drifts},
         drift_kind=DRIFT.as_dict(),
         since=previous is not None,
         standings=[{**v.as_dict(), "vetted": v.vetted, "why_not": v.why_not()} for v in standings(records)],

@@ -20,6 +20,7 @@ from rich.table import Table
 from ..records.outcomes import DRIFT, FAILURE_GLYPH, Outcome, facts_of, glyph
 from ..records.record import Record, Status
 from .drift import DriftReport
+from .drift import report as drift_report
 from .findings import Findings, find, version_order
 from .vetting import failing_everywhere, fold_text, not_applicable, standings
 
@@ -99,7 +100,6 @@ def print_findings(console: Console, found: Findings) -> None:
     for r in found.controls.failed:
         loud = "[bold red]control NOT reproduced (its detector is broken here)[/]"
         console.print(f"{loud}: {escape(r.id)} expected {r.expect}, got {r.klass}: {escape(r.outcome.evidence)}")
-    print_drift(console, found.drift)
 
 
 def print_drift(console: Console, drift: DriftReport) -> None:
@@ -165,6 +165,7 @@ def print_summary(console: Console, records: list[Record], *, results_dir: str, 
     counts and the records folder; returns the controls that did not reproduce."""
     found = find(records, previous)
     print_findings(console, found)
+    print_drift(console, drift_report(records))
     table, key = compact_table(records)
     shown = {r.klass for r in records if r.klass not in PLAIN and r.control != "reproduced"}
     if _width(table) <= console.width:
