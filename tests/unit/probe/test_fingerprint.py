@@ -47,7 +47,7 @@ def qwen2() -> tuple[families.ModelSource, object]:
 
 
 def test_weights_do_not_depend_on_torchs_generator(qwen2: tuple[families.ModelSource, object]) -> None:
-    source, tokenizer = qwen2
+    _, tokenizer = qwen2
     digests = []
     for seed in (0, 1):
         model = families.build_model(families.ModelSource(family="qwen2", path=None, seed=seed), "eager", tokenizer)
