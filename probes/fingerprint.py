@@ -167,6 +167,8 @@ def perturb(model: Any) -> None:
 
 def measure(source: families.ModelSource, attn: str, dtype: str, tokenizer: Any, prompts: list[str], device: torch.device, fault: str) -> dict[str, Any]:
     """result.json's `fingerprint` (see the module's docstring); `fault` drift perturbs the config (the control)."""
+    if source.origin in families.FAMILIES and source.path and not source.shrink:  # saved from a built-in family (gen-config)
+        source = families.ModelSource(family=source.origin, path=None, seed=source.seed, vision=source.vision, head_dim=source.head_dim)
     model = families.build_model(source, attn, tokenizer)
     weights = "checkpoint" if source.path and not source.shrink else "reference"
     if fault == "drift":

@@ -75,3 +75,11 @@ def test_bf16_measures_its_own_noise(qwen2: tuple[families.ModelSource, object])
     source, tokenizer = qwen2
     fp = fingerprint.measure(source, "eager", "bf16", tokenizer, train.PROMPTS, torch.device("cpu"), "none")
     assert 0 < fp["noise"]["logp_vs_fp32"] < 0.5
+
+
+def test_a_checkpoint_saved_from_a_family_is_measured_as_the_family(qwen2: tuple[families.ModelSource, object]) -> None:
+    source, tokenizer = qwen2
+    saved = families.ModelSource(family=None, path="/nonexistent/.checkpoint-rank0", seed=0, origin="qwen2")  # gen-config's near-greedy save
+    cpu = torch.device("cpu")
+    a = fingerprint.measure(source, "eager", "fp32", tokenizer, train.PROMPTS, cpu, "none")
+    assert fingerprint.measure(saved, "eager", "fp32", tokenizer, train.PROMPTS, cpu, "none") == a
