@@ -242,6 +242,16 @@ def _usable(r: Record) -> bool:
     return r.status not in (Status.SKIPPED, Status.COVERED) and fp is not None and fp.error is None and fp.logp is not None
 
 
+#: A scenario's settings that make a cell less plain as a stand-in reference (the fingerprint ignores them; a reader need not).
+_PLAIN = {"world_size": 1, "lora": False, "grad_ckpt": "off", "freeze_embeddings": False, "saved_gen_config": "none", "kernels": "off", "trainer": "builtin"}
+
+
+def _plainest(r: Record) -> tuple[int, str]:
+    """Order a reference environment's cells plainest first (single process, no LoRA, no checkpointing, ...)."""
+    settings = r.cell.scenario_settings
+    return sum(settings.get(k, v) != v for k, v in _PLAIN.items()), r.cell.scenario
+
+
 def _fault(r: Record) -> str:
     return str(r.cell.scenario_settings.get("fault") or "none")
 
@@ -336,7 +346,7 @@ def report(records: Iterable[Record], reference: str | None = None) -> DriftRepo
         if ref_env is None:
             continue
         refs.append(ref_env)
-        theirs = sorted((r for r in usable if r.env == ref_env and _fault(r) == "none" and not r.expect), key=lambda r: r.cell.scenario)
+        theirs = sorted((r for r in usable if r.env == ref_env and _fault(r) == "none" and not r.expect), key=_plainest)
         by_scenario = {r.cell.scenario: r for r in theirs}
         by_key: dict[tuple[str, ...], Record] = {}
         for r in theirs:
