@@ -102,10 +102,26 @@ def _num(value: float | str | None) -> float:
         return math.nan
 
 
+def _same(a: float, b: float) -> bool:
+    """Equal, or both NaN: two stacks that compute the same non-finite number agree on it."""
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _abs(a: float, b: float) -> float:
+    return 0.0 if _same(a, b) else abs(a - b)
+
+
 def _rel(a: float, b: float) -> float:
-    if a == b:
+    if _same(a, b):
         return 0.0
     return abs(a - b) / max(abs(b), 1e-12)
+
+
+def _located(sample: tuple[float, ...]) -> tuple[int, int] | None:
+    """A sample's (sequence, position), or None for one that is not [whole, whole, value] (a damaged record)."""
+    if len(sample) != 3 or not all(math.isfinite(x) and x == int(x) for x in sample[:2]):
+        return None
+    return int(sample[0]), int(sample[1])
 
 
 def differences(ref: Fingerprint, other: Fingerprint, tol: Tolerance) -> list[Difference]:
@@ -120,10 +136,10 @@ def differences(ref: Fingerprint, other: Fingerprint, tol: Tolerance) -> list[Di
         elif rl.digest == ol.digest:
             out.append(Difference("logp", 0, 0.0, tol.logp))
         else:
-            theirs = {(int(s[0]), int(s[1])): s[2] for s in ol.samples if len(s) == 3}
+            theirs = {key: s[2] for s in ol.samples if (key := _located(s)) is not None}
             worst, where = 0.0, ""
             for s in rl.samples:
-                if len(s) != 3 or (key := (int(s[0]), int(s[1]))) not in theirs:
+                if (key := _located(s)) is None or key not in theirs:
                     continue
                 size = abs(theirs[key] - s[2])
                 if not size <= worst:
@@ -136,7 +152,7 @@ def differences(ref: Fingerprint, other: Fingerprint, tol: Tolerance) -> list[Di
         for name in ("loss", "nll"):
             if step == 0 and name == "nll":
                 continue  # at step 0 the NLL is the log-probabilities again
-            out.append(Difference(name, step, abs(_num(getattr(os_, name)) - _num(getattr(rs, name))), tol.loss))
+            out.append(Difference(name, step, _abs(_num(getattr(os_, name)), _num(getattr(rs, name))), tol.loss))
         out.append(Difference("grad_norm", step, _rel(_num(os_.grad_norm), _num(rs.grad_norm)), tol.grad))
         for group in sorted(set(rs.grad_norm_groups) | set(os_.grad_norm_groups)):
             size = _rel(_num(os_.grad_norm_groups.get(group)), _num(rs.grad_norm_groups.get(group)))

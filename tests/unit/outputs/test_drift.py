@@ -161,3 +161,19 @@ def test_findings_and_html_carry_the_drift() -> None:
     assert len(drift.report(recs).drifting) == 1
     page = render_html(recs)
     assert 'id="drift-line"' in page and "≈ drift" in page and "numbers differ from cpu-torch2.13.0-tf4.51.3" in page
+
+
+def test_the_same_non_finite_number_agrees_and_a_new_one_drifts() -> None:
+    nan = fingerprint()
+    nan["steps"][2]["loss"] = "nan"
+    assert not drift.compare(cell(nan), cell(copy.deepcopy(nan), transformers="4.57.6")).drifts
+    c = drift.compare(cell(fingerprint()), cell(nan, transformers="4.57.6"))
+    assert c.first is not None and (c.first.quantity, c.first.step) == ("loss", 2)
+
+
+def test_damaged_samples_are_left_out_not_fatal() -> None:
+    bad = moved_logp(fingerprint(), 0, 0, 0.5)
+    bad["logp"]["samples"][0][0] = float("nan")
+    bad["logp"]["samples"][1] = [1.5, 0, -5.0]
+    c = drift.compare(cell(fingerprint()), cell(bad, transformers="4.57.6"))
+    assert c.worst["logp"] == 0.0  # the moved sample (0, 0) was the damaged one
