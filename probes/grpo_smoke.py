@@ -69,7 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kernels", choices=("off", "auto", "reduced", "full"), default="off", help="real-size GEMM and attention stage (auto: full on GPU, reduced on CPU)"
     )
-    p.add_argument("--fault", choices=("none", "broken_attention", "no_softcap", "sigfpe"), default="none", help="inject a known failure (controls)")
+    p.add_argument(
+        "--fault",
+        choices=("none", "broken_attention", "no_softcap", "sigfpe", "drift"),
+        default="none",
+        help="inject a known failure (controls); drift: a changed default epsilon, which the fingerprint must show",
+    )
     p.add_argument("--trainer", choices=("builtin", "trl"), default="builtin", help="the probe's own GRPO loop, or TRL's GRPOTrainer (trl_trainer.py)")
     p.add_argument(
         "--parallel",

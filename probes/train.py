@@ -17,7 +17,7 @@ import torch
 import torch.distributed
 import transformers
 
-from probes import engines, families, faults, grpo, kernels, parity, shrink, vision
+from probes import engines, families, faults, fingerprint, grpo, kernels, parity, shrink, vision
 from probes.envfacts import environment_facts
 from probes.record import ProbeInputError, Run
 
@@ -238,6 +238,8 @@ def build(run: Run, args: argparse.Namespace, device: torch.device) -> tuple[fam
     if source.shrink:  # the user's architecture, checked at full size in resolve, made tiny once
         source = families.shrunk(source, tokenizer, PROMPTS, parity.PARITY_TEXTS)
     model = families.build_model(source, attn, tokenizer).to(device)
+    if args.fault == "drift":  # the whole run computes with the changed default, not only the fingerprint
+        fingerprint.perturb(model)
     if source.shrink:
         run.result["model"]["shrunk"] = shrunk_facts(source, model)
     if args.saved_gen_config != "none":
@@ -281,6 +283,20 @@ def kernel_stage(run: Run, mode: str, device: torch.device) -> None:
     run.save()
 
 
+def fingerprint_stage(run: Run, source: families.ModelSource, attn: str, args: argparse.Namespace, tokenizer: Any, device: torch.device) -> None:
+    """The numeric fingerprint on shared inputs (probes/fingerprint.py), outside the run's random state. It
+    measures; a failure here is written down and never ends the run (drift is a finding, not an outcome)."""
+    t = time.perf_counter()
+    run.stage("fingerprint")
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            run.result["fingerprint"] = fingerprint.measure(source, attn, args.dtype, tokenizer, PROMPTS, device, args.fault)
+    except Exception as exc:  # the numbers could not be taken here: say why, train on
+        run.result["fingerprint"] = {"version": fingerprint.FINGERPRINT_VERSION, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+    run.timing("fingerprint_s", t)
+    run.save()
+
+
 def probe(run: Run, args: argparse.Namespace) -> int:
     """The whole measured run; returns 0 when it finished what it measures (the verdict is not ours)."""
     if args.parallel != "ddp" and run.world < 2:
@@ -302,6 +318,8 @@ def probe(run: Run, args: argparse.Namespace) -> int:
     run.result["parity"] = parity.model_parity(source, attn, args.dtype, tokenizer, state, device, image_batch)
     run.timing("parity_s", t)
     run.save()
+
+    fingerprint_stage(run, source, attn, args, tokenizer, device)
 
     if args.kernels != "off":
         kernel_stage(run, args.kernels, device)

@@ -19,6 +19,7 @@ from ..errors import InputError
 from ..facts.nameindex import canonical
 from ..facts.pkgconstraints import needed_packages
 from ..facts.releases import available
+from ..outputs.drift import drift_label
 from ..plan.cells import Environment
 from ..plan.eligibility import judge
 from ..records.outcomes import Outcome
@@ -71,6 +72,7 @@ class BisectRequest(RunTarget):
     scenario: str
     pre: bool = False
     held: dict[str, str] = field(default_factory=dict)
+    drift: bool = False  # a cell that trains but whose numbers leave the good release's counts as changed (`drift`)
 
 
 #: Axes whose values are releases on a package index (cuda, gpu and python are not).
@@ -157,8 +159,11 @@ def run_bisect(spec: Spec, req: BisectRequest, console: Console) -> BisectRun:
         if report.ran and not record.timings.prepare_reused and record.status == Status.DONE:
             run.built += 1
         note = " (cached record)" if report.cached else ""
-        console.print(f"  {req.axis} {release}: {record.klass}{note}  {escape(record.outcome.evidence[:100])}")
-        return record.klass
+        label = record.klass
+        if req.drift and (good := run.records.get(req.good)) is not None and (seen := drift_label(good, record)) is not None:
+            label, note = seen.label, f"{note}; {seen.text}"
+        console.print(f"  {req.axis} {release}: {label}{note}  {escape(record.outcome.evidence[:100])}")
+        return label
 
     start = time.monotonic()
     old_is_good = releases[0] == req.good

@@ -13,9 +13,11 @@ from typing import Any
 
 from packaging.version import Version
 
+from ..outputs.drift import Comparison, against, brief
 from ..outputs.sinks import md_code, md_text
 from ..outputs.vetting import standings
 from ..plan.cells import Environment
+from ..records.outcomes import Outcome
 from ..records.record import Record
 from .watch import Watch, healthy
 
@@ -76,6 +78,7 @@ def markdown(w: Watch, *, reports: str) -> str:
         lines += ["", "Ruled out before any run (catalog or package metadata), the newest three per axis:", *[f"- {r}" for r in ruled]]
     if w.all_newest_env is not None:
         lines += ["", f"All newest together ({', '.join(pins(w.all_newest_env))}): " + ", ".join(_shown(r) for r in w.all_newest.values()) + "."]
+    lines += numbers(w)
     lines += ["", "## What broke", ""]
     if w.listed_only:
         lines.append("Nothing was tried beyond the baseline (host backend).")
@@ -119,6 +122,44 @@ def markdown(w: Watch, *, reports: str) -> str:
     for note in w.notes:
         lines.append(f"Note: {md_text(note)}")
     return "\n".join(lines) + "\n"
+
+
+def drift_rows(w: Watch) -> list[tuple[str, str, str, Comparison]]:
+    """(where, release, scenario, comparison) for every tried cell that trained and whose fingerprint can be set
+    against the baseline's cell of its scenario: each axis's newest, all newest together, the bisection's runs."""
+    tried: list[tuple[str, str, dict[str, Record]]] = [(a.axis, a.newest or "", a.records) for a in w.axes]
+    if w.all_newest_env is not None:
+        tried.append(("all newest", " ".join(pins(w.all_newest_env)), w.all_newest))
+    for reg in w.regressions:
+        for release, record in reg.records.items():
+            tried.append((reg.axis, release, {reg.scenario: record}))
+    rows, seen = [], set()
+    for where, release, records in tried:
+        for scenario, record in records.items():
+            base = w.baseline.get(scenario)
+            if base is None or record.id in seen or record.klass != Outcome.OK:
+                continue
+            seen.add(record.id)
+            if (c := against(base, record)) is not None:
+                rows.append((where, release, scenario, c))
+    return rows
+
+
+def numbers(w: Watch) -> list[str]:
+    """`## Numbers against your baseline`: whether each tried release that trains computes the baseline's numbers
+    (docs/drift.md), and how to bisect one that does not."""
+    rows = drift_rows(w)
+    if not rows:
+        return []
+    lines = ["", "## Numbers against your baseline", ""]
+    lines.append("Each release that trains is compared with your baseline on the same weights and teacher-forced inputs (fingerprint):")
+    for where, release, scenario, c in rows:
+        verdict = "trains; " + brief(c)
+        lines.append(f"- {md_text(where)} {md_text(release)}, {md_text(scenario)}: {md_text(verdict)}")
+        if c.drifts and where != "all newest":
+            at = w.base.axes().get(where) or w.base.package(where)
+            lines.append("  - bisect it: " + md_code(f"envmatrix bisect --axis {where} --good {at} --bad {release} --scenario {scenario} --drift"))
+    return lines
 
 
 def _record(record: Record) -> dict[str, Any]:
@@ -173,6 +214,10 @@ def as_json(w: Watch, *, reports: str) -> dict[str, Any]:
         "orders": [
             {"axis": o.axis, "scenario": o.scenario, "text": o.text, "works": o.works, "tried": [{"moved": m, "class": c} for m, c in o.tried]}
             for o in w.orders
+        ],
+        "drift": [
+            {"axis": where, "release": release, "scenario": scenario, "cell": c.record.id, "drifts": c.drifts, "text": brief(c)}
+            for where, release, scenario, c in drift_rows(w)
         ],
         "stay_on": {"env": env_id, "vetted": vetted, "pins": pins(w.base), "lock": f"envmatrix lock {env_id} --results {reports}/results"},
         "runs": {"ran": w.ran, "cached": w.cached, "seconds": w.seconds, "results": f"{reports}/results"},

@@ -32,6 +32,11 @@ def add_parser(sub: options.Subparsers) -> None:
     options.GPU.add(p)
     options.BACKEND.add(p, default="venv", note="venv")
     p.add_argument("--pre", action="store_true", help="include pre-releases")
+    p.add_argument(
+        "--drift",
+        action="store_true",
+        help="bisect where the numbers leave the good release's (a cell that trains but drifts counts as changed; docs/drift.md)",
+    )
     options.TIMEOUT.add(p)
     options.REPORTS.add(p)
     options.VENVS.add(p)
@@ -61,7 +66,7 @@ def handle(args: argparse.Namespace) -> int:
     request = BisectRequest(
         axis=args.axis, good=args.good, bad=args.bad, scenario=args.scenario, profile=profile, gpu=gpu, backend=name,
         reports=Path(args.reports), venvs=Path(args.venvs), base=Path(args.file).parent, timeout=args.timeout, pre=args.pre, gpu_ids=tuple(gpu_ids(gpu, gpus)),
-        held=dict(args.set),
+        held=dict(args.set), drift=args.drift,
     )  # fmt: skip
     console = Console()
     run = run_bisect(spec, request, console)

@@ -7,10 +7,11 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import InputError
+from ..outputs.drift import report as drift_report
 from ..outputs.findings import find
 from ..outputs.report import report_paths, write_merged
 from ..outputs.sinks import terminal
-from ..outputs.summary import print_findings, print_vetting
+from ..outputs.summary import print_drift, print_findings, print_vetting
 from ..outputs.terminal import Console
 from ..outputs.writer import check_files
 from ..records.provenance import Merged, from_folders
@@ -53,6 +54,7 @@ def handle(args: argparse.Namespace) -> int:
     console = Console()
     records = merged.records
     print_findings(console, find(records, previous or ()))
+    print_drift(console, drift_report(records))
     print_vetting(console, records)
     print(terminal(provenance_line(merged)), flush=True)  # the answer is out before the files are written
     outputs = write_merged(merged, out, previous)

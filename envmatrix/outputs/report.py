@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from .. import __version__
-from ..records.outcomes import Outcome, table_for_templates
+from ..records.outcomes import DRIFT, Outcome, table_for_templates
 from ..records.provenance import Merged, Provenance, Sourced, from_folders
 from ..records.record import Record, Status
+from .drift import report as drift_report
 from .findings import find, version_order
 from .sinks import csv_text
 from .vetting import failing_everywhere, fold_text, not_applicable, standings, vetted_environments
@@ -162,6 +163,7 @@ def render_html(
     details = {rec.id: _detail(rec, provenance.get(rec.id)) for rec in records}
     counts = Counter(r.klass for r in records if r.control != "reproduced" and r.id not in na)  # reproduced controls, n/a: quiet chips
     found = find(records, previous or ())
+    drifting = drift_report(records)
     probe_versions = sorted({v for r in records if (v := r.probe_version)})
     env_loader = jinja2.PackageLoader("envmatrix.outputs", "templates")
     page = jinja2.Environment(loader=env_loader, autoescape=True, undefined=jinja2.StrictUndefined).get_template("matrix.html.j2")
@@ -179,6 +181,9 @@ def render_html(
         failure=Outcome.ERROR.value,
         findings=found,
         failed_controls=list(found.controls.failed),
+        drift=drifting,
+        drifted={c.record.id: c for c in drifting.comparisons if c.drifts},
+        drift_kind=DRIFT.as_dict(),
         since=previous is not None,
         standings=[{**v.as_dict(), "vetted": v.vetted, "why_not": v.why_not()} for v in standings(records)],
         fails_everywhere=failing_everywhere(records),

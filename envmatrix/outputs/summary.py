@@ -17,8 +17,10 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
-from ..records.outcomes import FAILURE_GLYPH, Outcome, facts_of, glyph
+from ..records.outcomes import DRIFT, FAILURE_GLYPH, Outcome, facts_of, glyph
 from ..records.record import Record, Status
+from .drift import DriftReport
+from .drift import report as drift_report
 from .findings import Findings, find, version_order
 from .vetting import failing_everywhere, fold_text, not_applicable, standings
 
@@ -100,6 +102,18 @@ def print_findings(console: Console, found: Findings) -> None:
         console.print(f"{loud}: {escape(r.id)} expected {r.expect}, got {r.klass}: {escape(r.outcome.evidence)}")
 
 
+def print_drift(console: Console, drift: DriftReport) -> None:
+    """The drift line, each drifting cell, and a drift control that was not found (loud: the detector is broken)."""
+    if not drift.comparisons:
+        return
+    missed = drift.controls_missed
+    console.print(f"[{'bold red' if missed else 'dim'}]{escape(drift.text)}[/]")
+    for c in drift.drifting:
+        console.print(f"[yellow]{DRIFT.glyph}[/] {escape(c.text)}")
+    for c in missed:
+        console.print(f"[bold red]drift control NOT found (the drift detector is broken here)[/]: {escape(c.text)}")
+
+
 def compact_table(records: list[Record]) -> tuple[Table, list[str]]:
     """Rows: environments labelled by the varying axes; columns: scenario letters. Returns the key lines too."""
     axes = varying_axes(records)
@@ -151,6 +165,7 @@ def print_summary(console: Console, records: list[Record], *, results_dir: str, 
     counts and the records folder; returns the controls that did not reproduce."""
     found = find(records, previous)
     print_findings(console, found)
+    print_drift(console, drift_report(records))
     table, key = compact_table(records)
     shown = {r.klass for r in records if r.klass not in PLAIN and r.control != "reproduced"}
     if _width(table) <= console.width:

@@ -179,6 +179,35 @@ OUTCOME_NAMES: tuple[str, ...] = tuple(o.value for o in Outcome)
 EXPECTABLE: tuple[str, ...] = tuple(o.value for o in Outcome if TABLE[o].expectable)
 
 
+@dataclass(frozen=True)
+class FindingKind:
+    """A finding judged across cells, shown beside the outcome classes but never a cell's outcome: so it never
+    changes a cell's class, its control state or its vetting (drift: outputs/drift.py)."""
+
+    name: str
+    glyph: str
+    colour: str
+    style: str
+    code: str
+    remedy: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "glyph": self.glyph, "colour": self.colour, "style": self.style, "code": self.code, "remedy": self.remedy}
+
+
+DRIFT = FindingKind(
+    "drift",
+    "≈",
+    "#fff8c5",
+    "yellow",
+    "DRF",
+    "this stack trains, but computes different numbers from the reference on the same weights and inputs: read what "
+    "differs (a config default, the attention path) in the changed release's notes before upgrading; keep the "
+    "reference release where curves must match, or re-baseline your metrics on the new one",
+)
+FINDING_KINDS: Mapping[str, FindingKind] = MappingProxyType({DRIFT.name: DRIFT})
+
+
 def facts_of(outcome: str) -> OutcomeFacts:
     """The row of an outcome given by name (ValueError for a name that is not an Outcome)."""
     return TABLE[Outcome(outcome)]

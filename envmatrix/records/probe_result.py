@@ -86,6 +86,7 @@ class ProbeTimings:
     build_s: float | None = None
     parity_s: float | None = None
     kernels_s: float | None = None
+    fingerprint_s: float | None = None
     train_s: float | None = None
 
 
@@ -275,6 +276,55 @@ class TrlInfo:
 
 
 @dataclass(frozen=True)
+class LogpSummary:
+    """The teacher-forced completions' per-token log-probabilities at step 0, summarised."""
+
+    tokens: int | None = field(default=None, metadata=_doc("completion tokens under the mask"))
+    digest: str | None = field(default=None, metadata=_doc("sha256 of the fp32 values: equal digests, identical numbers"))
+    max_abs: float | None = None
+    mean_abs: float | None = None
+    finite: bool | None = None
+    samples: tuple[tuple[float, ...], ...] = field(default=(), metadata=_doc("[sequence, position, log-probability] located samples"))
+
+
+@dataclass(frozen=True)
+class FingerprintStep:
+    """One step of the fixed, teacher-forced GRPO update (plain SGD): step 0 is before any update."""
+
+    step: int | None = None
+    loss: float | str | None = field(default=None, metadata=_doc("the GRPO loss against step 0's log-probabilities (a non-finite one as text)"))
+    nll: float | str | None = field(default=None, metadata=_doc("mean negative log-likelihood of the completions"))
+    grad_norm: float | str | None = None
+    grad_norm_groups: Mapping[str, float | str] = field(default_factory=dict, metadata=_doc("step 0: per parameter group (embed, attention, mlp, norm, head)"))
+
+
+@dataclass(frozen=True)
+class FingerprintNoise:
+    """What the precision alone moves: the same forward in fp32 (bf16 and fp16 only)."""
+
+    logp_vs_fp32: float | None = None
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The numbers this stack computes on inputs every environment shares (probes/fingerprint.py): reference
+    weights, fixed teacher-forced completions; compared across environments by envmatrix/outputs/drift.py."""
+
+    version: str | None = None
+    dtype: str | None = None
+    device: str | None = field(default=None, metadata=_doc("device kind: cpu or cuda"))
+    attn: str | None = field(default=None, metadata=_doc("the attention implementation the model ran"))
+    family: str | None = None
+    weights: str | None = field(default=None, metadata=_doc("reference (drawn from the parameter names) or checkpoint"))
+    weights_digest: str | None = None
+    config: Mapping[str, Scalar] = field(default_factory=dict, metadata=_doc("the text config's scalars: where a changed default shows"))
+    logp: LogpSummary | None = None
+    steps: tuple[FingerprintStep, ...] = ()
+    noise: FingerprintNoise | None = None
+    error: str | None = field(default=None, metadata=_doc("why the numbers could not be taken (the run went on)"))
+
+
+@dataclass(frozen=True)
 class ProbeError:
     """The exception that ended the probe, and the stage it was in."""
 
@@ -310,6 +360,7 @@ class ProbeResult:
     params: Params | None = None
     engine: EngineInfo | None = None
     trl: TrlInfo | None = None
+    fingerprint: Fingerprint | None = None
     error: ProbeError | None = None
     # how the file read: not part of result.json
     unreadable: str | None = field(default=None, compare=False, metadata={"internal": True})

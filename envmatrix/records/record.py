@@ -31,7 +31,7 @@ from ..jsonio import read_json_bounded, write_json_atomic
 from ..plan.cells import Cell
 from .gpuguard import mismatch
 from .outcomes import OUTCOME_NAMES, Named, Outcome, Verdict, decided
-from .probe_result import EnvFacts, ProbeResult, parse_env
+from .probe_result import EnvFacts, Fingerprint, ProbeResult, parse_env
 from .schema import object_schema
 
 #: The layout written now. Version 1 (envmatrix 0.1) files still load; newer ones are refused clearly.
@@ -215,6 +215,11 @@ class Record:
     @property
     def parity_rel_err(self) -> float | None:
         return self.probe.parity.rel_err if self.probe.parity else None
+
+    @property
+    def fingerprint(self) -> Fingerprint | None:
+        """The numbers the probe computed on shared inputs (compared across environments: outputs/drift.py)."""
+        return self.probe.fingerprint
 
     @property
     def probe_version(self) -> str | None:

@@ -275,7 +275,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "std": ("biased", "unbiased"),
     "saved_gen_config": ("none", "kwargs", "config"),
     "kernels": ("off", "auto", "reduced", "full"),
-    "fault": ("none", "broken_attention", "no_softcap", "sigfpe"),
+    "fault": ("none", "broken_attention", "no_softcap", "sigfpe", "drift"),
     "trainer": ("builtin", "trl"),
     "parallel": ("ddp", "zero2", "zero3", "fsdp2"),
     "expect": EXPECTABLE,
