@@ -351,7 +351,7 @@ def known_bad(records: list[Record], w: Wants, signed: Signed) -> tuple[list[Kno
         if finding.scenario in everywhere:
             notes.append(f"{finding.scenario} fails in every environment on {w.gpu}: a finding about the scenario, not a stack")
             continue
-        group = [r for r in mine if r.cell.scenario == finding.scenario and not r.expect]
+        group = [r for r in mine if r.cell.scenario == finding.scenario and r.workload]
         failing_ids = {c for side in finding.sides if side.outcome != Outcome.OK for c in side.cells}
         axes = finding.axes
         if finding.everywhere:  # one environment tried: only that environment is covered

@@ -158,7 +158,7 @@ class Diagnosis:
 
     @property
     def healthy(self) -> list[Record]:
-        return [r for r in self.records if not r.expect and r.status != Status.SKIPPED]
+        return [r for r in self.records if r.workload and r.status != Status.SKIPPED]
 
     @property
     def exit_code(self) -> int:

@@ -268,13 +268,9 @@ def _plainest(r: Record) -> tuple[int, str]:
     return sum(settings.get(k, v) != v for k, v in _PLAIN.items()), r.cell.scenario
 
 
-def _fault(r: Record) -> str:
-    return str(r.cell.scenario_settings.get("fault") or "none")
-
-
 def compared(r: Record) -> bool:
     """A cell whose numbers are compared: a scenario without `expect` and without a fault, or a drift control."""
-    return not r.expect and _fault(r) in ("none", CONTROL_FAULT)
+    return not r.expect and r.fault in ("none", CONTROL_FAULT)
 
 
 def key(r: Record) -> tuple[str, ...]:
@@ -342,7 +338,7 @@ def compare(reference: Record, record: Record) -> Comparison:
     ref_fp, fp = reference.fingerprint, record.fingerprint
     assert ref_fp is not None and fp is not None
     tol = tolerance(ref_fp, fp)
-    return Comparison(record, reference, tol, tuple(differences(ref_fp, fp, tol)), changed(reference, record), _fault(record) == CONTROL_FAULT)
+    return Comparison(record, reference, tol, tuple(differences(ref_fp, fp, tol)), changed(reference, record), record.fault == CONTROL_FAULT)
 
 
 def report(records: Iterable[Record], reference: str | None = None) -> DriftReport:
@@ -362,7 +358,7 @@ def report(records: Iterable[Record], reference: str | None = None) -> DriftRepo
         if ref_env is None:
             continue
         refs.append(ref_env)
-        theirs = sorted((r for r in usable if r.env == ref_env and _fault(r) == "none" and not r.expect), key=_plainest)
+        theirs = sorted((r for r in usable if r.env == ref_env and r.workload), key=_plainest)
         by_scenario = {r.cell.scenario: r for r in theirs}
         by_key: dict[tuple[str, ...], Record] = {}
         for r in theirs:
@@ -370,7 +366,7 @@ def report(records: Iterable[Record], reference: str | None = None) -> DriftRepo
         for r in sorted(usable, key=lambda r: r.id):
             if not compared(r):
                 continue
-            ref = by_scenario.get(r.cell.scenario) if _fault(r) == "none" else None
+            ref = by_scenario.get(r.cell.scenario) if r.fault == "none" else None
             if ref is None or key(ref) != key(r):
                 ref = by_key.get(key(r))
             if ref is None:

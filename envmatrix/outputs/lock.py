@@ -191,7 +191,7 @@ def stands_on(records: list[Record], choice: Standing) -> list[Record]:
     vetters = set(choice.vetted_by)
     done = [r for r in records if r.status == Status.DONE]
     controls = [r for r in done if r.expect and r.control == "reproduced" and r.cell.id in vetters]
-    return [r for r in done if r.env == choice.env and not r.expect and r.klass == Outcome.OK and r.cell.scenario in choice.scenarios] + controls
+    return [r for r in done if r.env == choice.env and r.workload and r.klass == Outcome.OK and r.cell.scenario in choice.scenarios] + controls
 
 
 def envmatrix_table(choice: Standing, records: list[Record], provenance: Mapping[str, Provenance]) -> list[str]:

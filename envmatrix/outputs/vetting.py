@@ -90,7 +90,7 @@ def standings(records: list[Record]) -> list[Standing]:
         ran = [r for r in recs if r.status != Status.SKIPPED]
         if not ran:
             continue
-        healthy = [r for r in ran if not r.expect]
+        healthy = [r for r in ran if r.workload]
         ok = [r for r in healthy if r.klass == Outcome.OK]
         own = [r for r in ran if r.expect]
         # a control that failed here says the detector is broken here, whatever reproduced elsewhere on the stack
@@ -141,7 +141,7 @@ def failing_everywhere(records: list[Record]) -> dict[str, list[str]]:
     ran: dict[tuple[str, str], set[str]] = defaultdict(set)
     ok: dict[tuple[str, str], bool] = defaultdict(bool)
     for r in records:
-        if r.status != Status.SKIPPED and not r.expect:
+        if r.status != Status.SKIPPED and r.workload:
             key = (r.cell.gpu, r.cell.scenario)
             ran[key].add(r.env)
             ok[key] |= r.klass == Outcome.OK
@@ -155,7 +155,7 @@ def failing_everywhere(records: list[Record]) -> dict[str, list[str]]:
 def required(records: list[Record], gpu: str) -> list[str]:
     """The default workload on a GPU type: every healthy scenario that ran there and does not fail everywhere."""
     everywhere = set(failing_everywhere(records).get(gpu, []))
-    ran = {r.cell.scenario for r in records if r.cell.gpu == gpu and r.status != Status.SKIPPED and not r.expect}
+    ran = {r.cell.scenario for r in records if r.cell.gpu == gpu and r.status != Status.SKIPPED and r.workload}
     return sorted(ran - everywhere)
 
 

@@ -198,6 +198,17 @@ class Record:
     def expect(self) -> str | None:
         return self.cell.expect
 
+    @property
+    def fault(self) -> str:
+        """The fault the scenario injects (`none` for a plain one)."""
+        return str(self.cell.scenario_settings.get("fault") or "none")
+
+    @property
+    def workload(self) -> bool:
+        """A scenario that stands for a user's workload: it expects no class and injects no fault. A drift control
+        (a fault, no expected class) trains cleanly yet vets nothing: vetting, locks and checks count workloads only."""
+        return not self.expect and self.fault == "none"
+
     @cached_property
     def probe(self) -> ProbeResult:
         """The embedded result.json, read through its type (once per record)."""

@@ -30,8 +30,10 @@ def test_each_release_tried_is_said_to_drift_or_agree() -> None:
     ]
     text = markdown(w, reports="reports")
     assert "## Numbers against your baseline" in text
-    assert "- transformers 5.23.0, fp32-sdpa: trains; numbers differ from your baseline from step 0: log-probabilities 2e-02 away" in text
-    assert "`envmatrix bisect --axis transformers --good 4.57.6 --bad 5.23.0 --scenario fp32-sdpa --drift`" in text
+    assert (
+        "- transformers 5.23.0, fp32-sdpa: trains; numbers differ from your baseline from step 0\\: log-probabilities 2e-02 away" in text
+    )  # Markdown-escaped (a summary becomes an issue body)
+    assert "` envmatrix bisect --axis transformers --good 4.57.6 --bad 5.23.0 --scenario fp32-sdpa --drift `" in text
     assert "- torch 2.15.0, fp32-sdpa: trains; numbers agree with your baseline (largest log-probability difference 3e-06)" in text
     drift = as_json(w, reports="reports")["drift"]
     assert [(d["axis"], d["drifts"]) for d in drift] == [("transformers", True), ("torch", False)]
