@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +13,7 @@ from rich.console import Console
 
 from envmatrix.outputs.report import render_html, write_report
 from envmatrix.outputs.summary import compact_table
-from envmatrix.outputs.vetting import best, failing_everywhere, vetted_environments
+from envmatrix.outputs.vetting import best, failing_everywhere, required, vetted_environments
 from envmatrix.records.outcomes import OUTCOME_NAMES
 from envmatrix.records.record import Record, cell_stem, write_record
 
@@ -63,6 +64,16 @@ def test_vetted_for_the_scenarios_ok_and_only_on_a_reproduced_control() -> None:
     assert v.scenarios == ("fp32-sdpa",) and v.fails == ("bf16",) and (v.controls, v.controls_ran) == (1, 1)
     assert not vetted_environments([make_record("skipped"), ctl])  # nothing healthy ran
     assert not vetted_environments([make_record("nan_loss"), ctl])
+
+
+def test_a_drift_control_trains_but_vets_nothing() -> None:
+    ok, ctl = make_record("ok"), make_record("zero_grad", **CTL)  # type: ignore[arg-type]
+    drift = make_record("ok", scenario="ctl-drift")
+    drift = replace(drift, cell=replace(drift.cell, scenario_settings={"fault": "drift"}))
+    assert not drift.workload and ok.workload and not ctl.workload
+    (v,) = vetted_environments([ok, ctl, drift])
+    assert v.scenarios == ("fp32-sdpa",)  # the drift control ran ok, yet it stands for no workload
+    assert required([ok, ctl, drift], "A100") == ["fp32-sdpa"]
 
 
 def test_a_scenario_failing_everywhere_is_a_finding_not_a_veto() -> None:
