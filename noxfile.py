@@ -121,3 +121,12 @@ def probe(session: nox.Session) -> None:
     """Run the probe in a fresh CPU environment: nox -s probe -- [--scenario NAME] [--json]."""
     session.install("-e", ".", *PROBE_DEPS, *cpu_torch_install_args(CPU_TORCH), env=COMPILE)
     session.run("envmatrix", "probe", *session.posargs)
+
+
+@nox.session(name="gpu-tests", default=False)
+def gpu_tests(session: nox.Session) -> None:
+    """tests/gpu on this GPU host, with the CUDA torch its driver supports (envmatrix.host.cudatorch chooses it; exit 3 without a GPU)."""
+    session.install("-e", ".", env=COMPILE)  # envmatrix alone first: it reads the driver and names the torch build
+    torch = session.run("python", "-m", "envmatrix.host.cudatorch", CPU_TORCH, silent=True)
+    session.install("-e", ".[test]", *PROBE_DEPS, *str(torch).split(), env=COMPILE)
+    session.run("pytest", "tests/gpu", "-rs", *session.posargs)
