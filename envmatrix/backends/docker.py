@@ -37,7 +37,7 @@ from ..host.pipconfig import read_pip_settings
 from ..plan.builds import Build
 from ..plan.cells import Environment
 from ..plan.eligibility import driver_too_old
-from ..plan.install import Sources, install_set, package_pins
+from ..plan.install import FLASH_SOURCE_BUILD_ENV, SOURCE_BUILD_REQUIREMENTS, InstallSet, Sources, install_set, package_pins
 from ..run.execute import Completed, fork_refusal, probe_argv, probe_command, process_alive
 from ..run.forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, forked_launch, helper_from_hello, run_forked
 from ..spec.matrix import Scenario
@@ -102,6 +102,36 @@ def _file_from(container: Any, path: str) -> bytes:
         if handle is None:
             raise BuildFailed(f"{path}: not a regular file in the image")
         return handle.read()
+
+
+def build_jobs() -> int:
+    """MAX_JOBS for a build from source: the host's cores, at most one per 4 GiB of memory (flash-attn's
+    nvcc jobs take several GB each; its README asks for fewer jobs on hosts with less memory than cores)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**30
+    except (ValueError, OSError):
+        return max(1, min(cores, 4))
+    return max(1, min(cores, gib // 4))
+
+
+def source_build_args(wanted: InstallSet) -> dict[str, str]:
+    """The Dockerfile's build-from-source ARGs, only where the environment builds something from source (they
+    take part in the image's tag: an image with no source build does not change with the host's cores)."""
+    if not wanted.toolkit:
+        return {}
+    args = {"SOURCE_BUILD": " ".join(SOURCE_BUILD_REQUIREMENTS)}
+    if wanted.flash_attn is not None and flashsource.SDIST in wanted.flash_attn.sources:
+        args["FLASH_BUILD_ENV"] = " ".join(f"{k}={v}" for k, v in FLASH_SOURCE_BUILD_ENV)
+        args["MAX_JOBS"] = str(build_jobs())
+    return args
+
+
+def source_build_refusal(env: Environment, wanted: InstallSet) -> str | None:
+    """Why this environment's build from source cannot work whatever the base (said before building), or None."""
+    if env.cuda == "none" and ("DS_BUILD_OPS", "1") in wanted.build_env:
+        return "DS_BUILD_OPS=1 compiles DeepSpeed's CUDA ops, which a CPU environment cannot: set build_from_source: false (ops compiled at first use)"
+    return None
 
 
 def _http_only(urls: tuple[str, ...]) -> list[str]:
@@ -195,10 +225,37 @@ class DockerBackend:
         }
         if self.settings.index_url and self.settings.index_url.startswith(("http://", "https://")):
             args["PIP_INDEX_URL"] = self.settings.index_url
+        mirror = os.environ.get("UV_PYTHON_INSTALL_MIRROR", "")
+        if mirror.startswith(("http://", "https://")):  # uv's CPython for a base whose distribution lacks the Python
+            args["UV_PYTHON_INSTALL_MIRROR"] = mirror
+        args |= source_build_args(wanted)
         if wanted.flash_attn is not None:
             args["FLASH_WHEEL_ABI_TRUE"] = wanted.flash_attn.wheel_abi_true
             args["FLASH_WHEEL_ABI_FALSE"] = wanted.flash_attn.wheel_abi_false
         return args
+
+    def check_source_build(self, env: Environment, args: dict[str, str]) -> None:
+        """Refuse, before building, a build from source that cannot work: DS_BUILD_OPS=1 without CUDA, or a
+        base without nvcc (the profile's base_images naming a runtime image) where something compiles CUDA."""
+        from docker.errors import ContainerError, DockerException, ImageNotFound
+
+        wanted = install_set(env, self.sources)
+        why = source_build_refusal(env, wanted)
+        if why is None and wanted.toolkit:
+            base = args["BASE_IMAGE"]
+            try:
+                try:
+                    self.client.images.get(base)
+                except ImageNotFound:
+                    self.client.images.pull(base)
+                probe = ["sh", "-c", "command -v nvcc || test -x /usr/local/cuda/bin/nvcc"]
+                self.client.containers.run(base, probe, remove=True, network_disabled=True, entrypoint=[])
+            except ContainerError:
+                why = f"the base image {base} has no nvcc, which {'; '.join(wanted.toolkit)} needs: use a CUDA devel base (cudnn-devel)"
+            except DockerException:
+                pass  # the engine could not check (no registry to pull the base from): the build's own step says it
+        if why:
+            raise BuildFailed(f"refused before building {env.build_id}: {why}")
 
     def _context(self, env: Environment, folder: Path) -> None:
         """The build context: Dockerfile, probe, CA bundle, and a wheelhouse (the CPU torch, the user's wheels)."""
@@ -253,6 +310,7 @@ class DockerBackend:
                 log.write_text(f"reusing image {tag} ({image.id})\n")
             except ImageNotFound:
                 reused = False
+                self.check_source_build(env, args)
                 image = self._build(folder, tag, args, log)
         facts: dict[str, object] = {
             "tool": "docker",
