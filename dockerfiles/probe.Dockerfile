@@ -32,6 +32,8 @@ ENV PATH=/opt/venv/bin:$PATH
 # Mirrors: index URLs as build args (http and https only; file:// paths on the host mean nothing here).
 ARG PIP_INDEX_URL=
 ARG PIP_EXTRA_INDEX_URL=
+# the hosts of plain-http indexes among them, which pip otherwise ignores (envmatrix passes host[:port] only)
+ARG PIP_TRUSTED_HOST=
 
 # torch, pinned exactly; a CPU torch comes from the wheelhouse (a CUDA build is several GB).
 COPY wheelhouse/ /wheelhouse/

@@ -14,12 +14,14 @@ import io
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import tarfile
 import tempfile
 import threading
 import time
+import urllib.parse
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -52,6 +54,7 @@ HELPER_DIR = "/envmatrix-helper"  # the helper's socket folder, mounted from the
 RUNS_DIR = "/runs"  # the cells' output folders (the parent of every `out`), mounted for the helper
 CELL_LOG = ".envmatrix-cell.log"  # a forked cell's output inside its folder, moved into its log afterwards
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+PYTHON_RECORD = "/opt/envmatrix-python.txt"  # how dockerfiles/steps/python.sh provided the Python: image, distribution or uv
 HOME_IN_CONTAINER = "/home/probe"  # a tmpfs (exec) in every probe container: its HOME and cache root
 CACHES_IN_CONTAINER = f"{HOME_IN_CONTAINER}/.envmatrix-caches"
 THREAD_VARS = ("OMP_NUM_THREADS",)  # what a cell takes from the runner's environment for it (its share of the cores)
@@ -132,6 +135,18 @@ def source_build_refusal(env: Environment, wanted: InstallSet) -> str | None:
     if env.cuda == "none" and ("DS_BUILD_OPS", "1") in wanted.build_env:
         return "DS_BUILD_OPS=1 compiles DeepSpeed's CUDA ops, which a CPU environment cannot: set build_from_source: false (ops compiled at first use)"
     return None
+
+
+def plain_http_hosts(urls: list[str]) -> list[str]:
+    """The host[:port] of each plain-http index: pip ignores an http index unless told to trust its host (a team's
+    internal mirror, the rehearsal's local torch index); https ones are verified as ever."""
+    hosts = []
+    for url in urls:
+        for word in url.split():
+            parts = urllib.parse.urlsplit(word)
+            if parts.scheme == "http" and parts.hostname and re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]+)?", parts.netloc) and parts.netloc not in hosts:
+                hosts.append(parts.netloc)
+    return hosts
 
 
 def _http_only(urls: tuple[str, ...]) -> list[str]:
@@ -229,6 +244,9 @@ class DockerBackend:
         if mirror.startswith(("http://", "https://")):  # uv's CPython for a base whose distribution lacks the Python
             args["UV_PYTHON_INSTALL_MIRROR"] = mirror
         args |= source_build_args(wanted)
+        trusted = plain_http_hosts([args.get("PIP_INDEX_URL", ""), args["PIP_EXTRA_INDEX_URL"], args["TORCH_INDEX_URL"]])
+        if trusted:
+            args["PIP_TRUSTED_HOST"] = " ".join(trusted)
         if wanted.flash_attn is not None:
             args["FLASH_WHEEL_ABI_TRUE"] = wanted.flash_attn.wheel_abi_true
             args["FLASH_WHEEL_ABI_FALSE"] = wanted.flash_attn.wheel_abi_false
@@ -325,6 +343,7 @@ class DockerBackend:
             "extra_index_urls": [u for u in [*_http_only(self.settings.extra_index_urls), args["TORCH_INDEX_URL"]] if u],
             "find_links": [],
         }
+        facts["python_from"] = self._python_from(tag)
         if env.flash_attn != "none":  # what the venv backend records: the file, its sha256 and origin, its GPU archs
             facts["flash_attn"] = self._flash_facts(tag)
         return Prepared(python="python", seconds=float(str(facts["seconds"])), reused=reused, facts=facts)
@@ -374,6 +393,18 @@ class DockerBackend:
                     (Path(tmp) / Path(library).name).write_bytes(_file_from(container, library))
                     archs = elfarch.library_facts(Path(tmp), "*.so")
             return {**facts, "gpu_archs": archs}
+        finally:
+            container.remove(force=True)
+
+    def _python_from(self, tag: str) -> str | None:
+        """How the image got its Python, as its build step recorded it (read back, not predicted); None for an older image."""
+        from docker.errors import NotFound
+
+        container = self.client.containers.create(tag, ["true"], network_disabled=True, user="1000")
+        try:
+            return _file_from(container, PYTHON_RECORD).decode(errors="replace").strip() or None
+        except NotFound:
+            return None
         finally:
             container.remove(force=True)
 
