@@ -130,3 +130,10 @@ def gpu_tests(session: nox.Session) -> None:
     torch = session.run("python", "-m", "envmatrix.host.cudatorch", CPU_TORCH, silent=True)
     session.install("-e", ".[test]", *PROBE_DEPS, *str(torch).split(), env=COMPILE)
     session.run("pytest", "tests/gpu", "-rs", *session.posargs)
+
+
+@nox.session(default=False)
+def rehearse(session: nox.Session) -> None:
+    """The GPU dress rehearsal on this CPU machine (Docker; root for debootstrap): nox -s rehearse -- [--fast] [--envs N] [--gpu H20]."""
+    install_once(session, "-e", ".[test]")
+    session.run("python", "tests/rehearsal.py", *session.posargs)

@@ -171,6 +171,7 @@ class DockerBackend:
         self.lock = threading.Lock()
         self.helpers = HelperPool()
         self._gpus = gpus
+        self.memlock_refused: str | None = None  # why the engine cannot lift the locked-memory limit, once it said so
 
     @property
     def gpus(self) -> HostGpus:
@@ -464,8 +465,30 @@ class DockerBackend:
         }
         if gpu_ids:  # by UUID: the engine numbers the host's GPUs, which need not be this runner's numbering (a Slurm job's)
             options["device_requests"] = [docker.types.DeviceRequest(device_ids=self.gpus.device_ids(gpu_ids), capabilities=[["gpu"]])]
-            options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
+            if self.memlock_refused is None:
+                options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
         return options
+
+    def _started(self, image: str, command: list[str], options: dict[str, Any]) -> Any:
+        """Create and start a container. An engine that may not lift the locked-memory limit (rootless, or itself in a
+        container without CAP_SYS_RESOURCE: runc's "error setting rlimit type 8") gets the container again with its
+        default limit, once for the run, said in every GPU cell's log: NCCL's pinned buffers may then fail, the cell does not."""
+        from docker.errors import APIError
+
+        settings = {k: v for k, v in options.items() if k != "detach"}
+        container = self.client.containers.create(image, command, **settings)
+        try:
+            container.start()
+            return container
+        except APIError as exc:
+            container.remove(force=True)
+            if "ulimits" not in settings or "rlimit type 8" not in str(exc):
+                raise
+            self.memlock_refused = "the Docker engine may not lift the locked-memory limit (rlimit type 8: rootless or nested): containers keep its default"
+        settings.pop("ulimits")
+        container = self.client.containers.create(image, command, **settings)
+        container.start()
+        return container
 
     def _run_container(
         self, ready: Prepared, cmd: list[str], out: Path, log: Path, *, timeout: float, gpu_ids: list[int], user: str, env: dict[str, str] | None = None
@@ -477,7 +500,7 @@ class DockerBackend:
         options = self._options(user, gpu_ids, {str(out.resolve()): {"bind": "/out", "mode": "rw"}})
         options["environment"] = {**options["environment"], **(env or {})}
         start = time.monotonic()
-        container = self.client.containers.run(str(ready.facts["image"]), cmd, **options)
+        container = self._started(str(ready.facts["image"]), cmd, options)
         with self.lock:
             self.running.add(container)
         timed_out = False
@@ -494,6 +517,8 @@ class DockerBackend:
                     fh.write(chunk)
                 if timed_out:
                     fh.write(f"\n[envmatrix] killed after the {timeout:g} s timeout\n".encode())
+                if gpu_ids and self.memlock_refused:
+                    fh.write(f"\n[envmatrix] {self.memlock_refused}\n".encode())
         finally:
             with self.lock:
                 self.running.discard(container)
@@ -543,7 +568,7 @@ class DockerBackend:
             options["device_requests"] = [docker.types.DeviceRequest(device_ids=self.gpus.device_ids(runner), capabilities=[["gpu"]])]
             options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
         command = ["python", str(FORKSERVER_IN_IMAGE), "--socket", f"{HELPER_DIR}/helper.sock", "--room", " " * CMDLINE_ROOM]
-        container = self.client.containers.run(image, command, **options)
+        container = self._started(image, command, options)
 
         def stop() -> None:
             with contextlib.suppress(Exception):  # already gone
@@ -603,6 +628,8 @@ class DockerBackend:
                 fh.write(inner.read_bytes())
             if ended.timed_out:
                 fh.write(f"\n[envmatrix] killed after the {timeout:g} s timeout\n".encode())
+            if gpu_ids and self.memlock_refused:
+                fh.write(f"\n[envmatrix] {self.memlock_refused}\n".encode())
         inner.unlink(missing_ok=True)
         if ended.status is None:
             code = 128 + signal.SIGKILL

@@ -1,0 +1,419 @@
+"""The GPU dress rehearsal on a CPU machine: the gpu profile's images built for real with Docker, and its
+cells run in containers through the fork helper on a simulated GPU, so every step but the kernels runs.
+
+    python tests/rehearsal.py [--fast] [--gpu H20] [--envs N] [--work DIR]     (nox -s rehearse; --fast in nox -s tests)
+
+What stands in for what a GPU runner has (and what differs) is printed with the results:
+- the CUDA bases (nvidia/cuda cannot be pulled here): the same Ubuntu release made with debootstrap
+  (dockerfiles/standin-rootfs.sh), with the base's CUDA_VERSION, a stand-in nvidia-smi and libcuda
+  (tests/simulated.py, tests/data/fakecuda) and, for devel bases, a stand-in nvcc that compiles nothing;
+  where debootstrap cannot run, the nearest Debian release (envmatrix-base:bookworm), said so;
+- the NVIDIA container toolkit: a prestart hook on the engine's PATH (tests/data/standin-gpu) that accepts
+  `--gpus` device requests and logs which GPUs were asked for;
+- torch: the CPU torch wheel here, relabelled to each release the profile pins (tests/standin_wheels.py),
+  served as PyTorch's index through ENVMATRIX_TORCH_INDEX; it is the CPU build, cp311 only, so the
+  runnable environments use Python 3.11 (the profile's own Python is built up to the torch step);
+- flash-attn: a stub wheel under the catalog's name whose flash_attn_2_cuda refuses to load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+sys.path[:0] = [str(ROOT), str(TESTS)]
+
+from simulated import fake_smi  # noqa: E402
+from standin_wheels import pep503, relabel_torch, stub_flash_attn  # noqa: E402
+
+from envmatrix.facts import catalog  # noqa: E402
+
+STANDIN_GPU = TESTS / "data" / "standin-gpu"  # the hook and nvcc
+FAKECUDA = TESTS / "data" / "fakecuda" / "libcuda.c"
+ROOTFS = ROOT / "dockerfiles" / "standin-rootfs.sh"
+CPU_TORCH_WHEELS = Path(os.environ.get("ENVMATRIX_REHEARSAL_WHEELS", "/opt/wheels"))
+SUITES = {"ubuntu22.04": "jammy", "ubuntu24.04": "noble"}  # the distribution releases nvidia/cuda builds on
+NEAREST_DEBIAN = "envmatrix-base:bookworm"  # dockerfiles/debian-base.sh
+RUNNABLE_PYTHON = "3.11"  # the CPU torch wheel's Python (cp311)
+DRIVER = "580.65.06"  # the simulated driver: every CUDA build in the profile runs on it
+FAST_SCENARIOS = ("bf16-sdpa", "ddp2")  # one forked cell, one in a container of its own (two ranks)
+
+
+@dataclass
+class Rehearsal:
+    """What ran, what it showed, and what could not be reached (printed at the end, written as JSON)."""
+
+    work: Path
+    built: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    unreached: list[str] = field(default_factory=list)
+
+    def say(self, line: str) -> None:
+        print(f"[rehearsal] {line}", flush=True)
+
+    def check(self, line: str) -> None:
+        self.checks.append(line)
+        self.say(f"ok: {line}")
+
+    def cannot(self, line: str) -> None:
+        self.unreached.append(line)
+        self.say(f"could not reach: {line}")
+
+
+def docker(*args: str, input_bytes: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["docker", *args], input=input_bytes, capture_output=True, check=check)
+
+
+def image_exists(ref: str) -> bool:
+    return docker("image", "inspect", ref, check=False).returncode == 0
+
+
+# ---- the engine and the stand-in bases -------------------------------------------------------------
+
+
+def engine_problem() -> str | None:
+    """Why this machine cannot rehearse at all (no engine, or no GPU device requests), or None."""
+    if shutil.which("docker") is None or docker("info", check=False).returncode != 0:
+        return "no Docker engine (start dockerd: see .ci/run)"
+    if not image_exists(NEAREST_DEBIAN):
+        done = subprocess.run(["bash", str(ROOT / "dockerfiles" / "debian-base.sh")], capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"no {NEAREST_DEBIAN} and debian-base.sh failed: {done.stderr.strip()[-300:]}"
+    gpus = docker("run", "--rm", "--gpus", "all", NEAREST_DEBIAN, "true", check=False)
+    if gpus.returncode != 0:
+        return (
+            f"the engine refuses GPU device requests ({gpus.stderr.decode().strip()[-200:]}): start dockerd with "
+            f"{STANDIN_GPU} on its PATH (PATH={STANDIN_GPU}:$PATH dockerd), as .ci/run does"
+        )
+    return None
+
+
+def rootfs_tar(suite: str, cache: Path, rehearsal: Rehearsal) -> Path | None:
+    """The distribution release's root file system (debootstrap, cached), or None where it cannot be made."""
+    tar = cache / f"{suite}.tar"
+    if tar.is_file():
+        return tar
+    if os.getuid() != 0 or shutil.which("debootstrap") is None:
+        rehearsal.cannot(f"{suite}: debootstrap needs root and the debootstrap package here; the nearest Debian release stands in")
+        return None
+    cache.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["bash", str(ROOTFS), suite, str(tar)], capture_output=True, text=True)
+    if done.returncode != 0:
+        rehearsal.cannot(f"{suite}: debootstrap failed ({done.stderr.strip()[-200:]}); the nearest Debian release stands in")
+        return None
+    return tar
+
+
+def standin_base(ref: str, gpu_smi_name: str, rehearsal: Rehearsal) -> str:
+    """A local image standing in for the nvidia/cuda base `ref`: its Ubuntu release (or the nearest Debian),
+    its CUDA_VERSION, a stand-in nvidia-smi and libcuda, and for devel bases a stand-in nvcc."""
+    m = re.fullmatch(r"nvidia/cuda:(\d+\.\d+\.\d+)-(runtime|cudnn-devel)-(ubuntu\d+\.\d+)", ref)
+    if m is None:
+        raise SystemExit(f"rehearsal: {ref} is not an nvidia/cuda reference the rehearsal knows")
+    version, flavour, system = m.groups()
+    tag = f"envmatrix-standin/cuda:{version}-{flavour}-{system}"
+    if image_exists(tag):
+        return tag
+    suite = SUITES[system]
+    os_image = f"envmatrix-standin/os:{suite}"
+    if not image_exists(os_image):
+        tar = rootfs_tar(suite, Path.home() / ".cache" / "envmatrix" / "standin", rehearsal)
+        if tar is None:
+            docker("tag", NEAREST_DEBIAN, os_image)
+        else:
+            with tar.open("rb") as fh:
+                docker("import", "-", os_image, input_bytes=fh.read())
+    folder = rehearsal.work / "bases" / tag.split(":")[1]
+    folder.mkdir(parents=True, exist_ok=True)
+    smi = fake_smi(folder / "bin", [(gpu_smi_name, DRIVER, 97871, "9.0")]) / "nvidia-smi"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(folder / "libcuda.so.1"), str(FAKECUDA)], check=True)
+    shutil.copy(smi, folder / "nvidia-smi")
+    shutil.copy(STANDIN_GPU / "nvcc", folder / "nvcc")
+    devel = "COPY nvcc /usr/local/cuda/bin/nvcc\nENV PATH=/usr/local/cuda/bin:$PATH\n" if flavour == "cudnn-devel" else ""
+    (folder / "Dockerfile").write_text(
+        f"FROM {os_image}\n"
+        f"ENV CUDA_VERSION={version} NVIDIA_REQUIRE_CUDA=cuda>={version.rsplit('.', 1)[0]} NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility\n"
+        "COPY nvidia-smi /usr/bin/nvidia-smi\nCOPY libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
+        f"{devel}LABEL envmatrix.standin={ref}\n"
+    )
+    docker("build", "-q", "-t", tag, str(folder))
+    rehearsal.say(f"stand-in base {tag} for {ref} ({suite if image_exists(os_image) else 'debian'})")
+    return tag
+
+
+# ---- the torch index and the wheelhouse ----------------------------------------------------------
+
+
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (pip's 404s for other projects are expected)
+        return
+
+
+def serve(folder: Path, host: str) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """A local HTTP index the build containers reach at the engine's bridge gateway."""
+    handler = functools.partial(Quiet, directory=str(folder))
+    server = http.server.ThreadingHTTPServer((host, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://{host}:{server.server_address[1]}"
+
+
+def bridge_gateway() -> str:
+    done = docker("network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}", check=False)
+    return done.stdout.decode().strip() or "172.17.0.1"
+
+
+def cpu_torch_wheel() -> Path:
+    found = sorted(CPU_TORCH_WHEELS.glob("torch-*+cpu-cp311-*.whl"))
+    if not found:
+        raise SystemExit(f"rehearsal: no CPU torch wheel (cp311) in {CPU_TORCH_WHEELS}; set ENVMATRIX_REHEARSAL_WHEELS")
+    return found[-1]
+
+
+# ---- the rehearsal's matrix: the gpu profile, runnable here ---------------------------------------
+
+
+def rehearsal_matrix(source: Path, profile: str, python: str, bases: dict[str, str], wheelhouse: Path, out: Path) -> dict[str, Any]:
+    """The gpu profile as written, with its Python set to `python`, its bases the stand-ins, and flash-attn from the wheelhouse."""
+    data = yaml.safe_load(source.read_text())
+    prof = dict(data["profiles"][profile])
+    prof["python"] = [python]
+    prof["base_images"] = bases
+    prof["wheelhouse"] = str(wheelhouse)
+    prof["flash_attn_sources"] = ["wheelhouse"]
+    prof.pop("build_from_source", None)
+    data["profiles"] = {profile: prof}
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return prof
+
+
+def envmatrix(*args: str, env: dict[str, str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envmatrix", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+def plan(matrix: Path, profile: str, gpu: str, env: dict[str, str]) -> dict[str, Any]:
+    done = envmatrix("plan", "--file", str(matrix), "--profile", profile, "--gpu", gpu, "--format", "json", env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"rehearsal: plan failed: {done.stderr.strip()[-800:]}")
+    return dict(json.loads(done.stdout))
+
+
+# ---- the run -------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fast", action="store_true", help="one environment, two cells (a forked one and a two-rank one): nox -s tests")
+    parser.add_argument("--file", type=Path, default=ROOT / "matrix.yaml")
+    parser.add_argument("--profile", default="gpu")
+    parser.add_argument("--gpu", default="H20", help="the simulated GPU type (the runner's)")
+    parser.add_argument("--envs", type=int, default=0, help="at most this many environments (0: every one the GPU type plans)")
+    parser.add_argument("--scenario", action="append", help="only these scenarios (fnmatch)")
+    parser.add_argument("--work", type=Path, default=ROOT / ".envmatrix" / "rehearsal")
+    args = parser.parse_args(argv)
+    rehearsal = Rehearsal(args.work)
+    args.work.mkdir(parents=True, exist_ok=True)
+    problem = engine_problem()
+    if problem:
+        rehearsal.cannot(problem)
+        return finish(rehearsal, fatal=True)
+    gpu = catalog.GPUS[args.gpu]
+    smi_name = f"NVIDIA {args.gpu}"
+    if catalog.gpu_from_smi_name(smi_name) != args.gpu:
+        raise SystemExit(f"rehearsal: '{smi_name}' does not map back to {args.gpu}")
+    del gpu
+
+    # the host side of a GPU runner: two simulated GPUs, the toolkit's hook, the torch index
+    bin_dir = fake_smi(args.work / "host-bin", [(smi_name, DRIVER, 97871, "9.0"), (smi_name, DRIVER, 97871, "9.0")])
+    shutil.copy(STANDIN_GPU / "nvidia-container-runtime-hook", bin_dir / "nvidia-container-runtime-hook")
+    index_root = args.work / "torch-index"
+    server, index_url = serve(index_root, bridge_gateway())
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "ENVMATRIX_TORCH_INDEX": index_url, "PYTHONPATH": str(ROOT)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    try:
+        return rehearse(args, rehearsal, env, index_root, smi_name)
+    finally:
+        server.shutdown()
+
+
+def rehearse(args: argparse.Namespace, rehearsal: Rehearsal, env: dict[str, str], index_root: Path, smi_name: str) -> int:
+    original = plan(args.file, args.profile, args.gpu, env)
+    envs = [e for e in original["environments"] if args.gpu in e["gpus"]]
+    rehearsal.say(
+        f"{args.profile} profile on {args.gpu}: {len(envs)} environments, {sum(1 for c in original['cells'] if c['status'] == 'planned')} planned cells"
+    )
+
+    # 1. the profile's own images up to the torch step: its Python from its own base's distribution (or uv)
+    own = {(e["install"]["python"]["version"], e["base_image"]) for e in envs if e["base_image"]}
+    for python, ref in sorted(own):
+        if python == RUNNABLE_PYTHON:
+            continue
+        base = standin_base(ref, smi_name, rehearsal)
+        probe_python_step(rehearsal, base, ref, python)
+    if any(python != RUNNABLE_PYTHON for python, _ in own):
+        rehearsal.cannot(
+            f"torch for Python {', '.join(sorted({p for p, _ in own} - {RUNNABLE_PYTHON}))}: the only CPU torch wheel here is cp311; those environments run with Python 3.11"
+        )
+
+    # 2. the runnable rehearsal: the same environments with Python 3.11 on the catalog's base for it
+    cudas = sorted({e["env"]["cuda"] for e in envs})
+    bases = {}
+    for cuda in cudas:
+        found = catalog.base_image_for(cuda, RUNNABLE_PYTHON, toolkit=False)
+        if found is not None:
+            bases[cuda] = standin_base(found.ref, smi_name, rehearsal)
+    wheelhouse = args.work / "wheelhouse"
+    wheelhouse.mkdir(exist_ok=True)
+    matrix = args.work / "matrix.yaml"
+    rehearsal_matrix(args.file, args.profile, RUNNABLE_PYTHON, bases, wheelhouse, matrix)
+    runnable = plan(matrix, args.profile, args.gpu, env)
+    renvs = [e for e in runnable["environments"] if args.gpu in e["gpus"]]
+    if args.fast:
+        renvs = sorted(renvs, key=lambda e: (e["env"]["flash_attn"] != "none", e["env"]["torch"]))[:1]
+    elif args.envs:
+        renvs = spread(renvs, args.envs)
+    cpu = cpu_torch_wheel()
+    for e in renvs:
+        tag = "cu" + e["env"]["cuda"].replace(".", "")
+        pep503(index_root, tag, [relabel_torch(cpu, e["env"]["torch"], args.work / "torch-wheels")])
+        flash = e["install"]["flash_attn"]
+        if flash:
+            for name in flash["wheels"].values():
+                stub_flash_attn(name, wheelhouse)
+    scenarios = list(FAST_SCENARIOS) if args.fast else (args.scenario or ["*"])
+    chosen = {e["build"] for e in renvs}
+    env_ids = sorted({c["env"] for c in runnable["cells"] if c["build"] in chosen and c["gpu"] == args.gpu})
+    only = [f"{env_id}/{s}" for env_id in env_ids for s in scenarios]
+    reports = args.work / "reports"
+    shutil.rmtree(reports, ignore_errors=True)
+    cmd = ["run", "--file", str(matrix), "--profile", args.profile, "--gpu", args.gpu, "--backend", "docker", "--reports", str(reports), "--no-resolve"]
+    for pattern in only:
+        cmd += ["--only", pattern]
+    rehearsal.say(f"envmatrix {' '.join(cmd)}")
+    done = envmatrix(*cmd, env=env)
+    (args.work / "run.log").write_text(done.stdout + done.stderr)
+    rehearsal.say(f"run exited {done.returncode}; its output: {args.work / 'run.log'}")
+    read_results(rehearsal, reports, renvs)
+    downstream(rehearsal, args, matrix, reports, env)
+    return finish(rehearsal, fatal=not rehearsal.cells)
+
+
+def spread(envs: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """n environments across the profile: every CUDA version and the flash-attn ones first, then the rest in order."""
+    first: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in envs:
+        first.setdefault((e["env"]["cuda"], e["env"]["flash_attn"]), e)
+    chosen = list(first.values())
+    chosen += [e for e in envs if e not in chosen]
+    return chosen[:n]
+
+
+def probe_python_step(rehearsal: Rehearsal, base: str, ref: str, python: str) -> None:
+    """The probe image's Python, user and compiler steps on the profile's own base (no torch for this Python here)."""
+    folder = rehearsal.work / "python-step"
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(ROOT / "dockerfiles" / "steps", folder / "steps")
+    ca = Path("/etc/ssl/certs/ca-certificates.crt")
+    shutil.copy(ca, folder / "ca.crt")
+    (folder / "Dockerfile").write_text(
+        f"FROM {base}\nCOPY ca.crt /etc/envmatrix/ca.crt\nENV PIP_CERT=/etc/envmatrix/ca.crt SSL_CERT_FILE=/etc/envmatrix/ca.crt\n"
+        f"COPY steps/ /opt/envmatrix/steps/\nRUN sh /opt/envmatrix/steps/python.sh {python} 1 && sh /opt/envmatrix/steps/compiler.sh 1 && sh /opt/envmatrix/steps/user.sh\n"
+    )
+    tag = f"envmatrix-standin/python-step:{python}-{base.split(':')[1]}"
+    done = subprocess.run(
+        ["docker", "build", "-t", tag, str(folder)], capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "0"}
+    )
+    said = [line.strip() for line in (done.stdout + done.stderr).splitlines() if "python " in line and (":" in line) and "python.sh" not in line][-2:]
+    if done.returncode == 0:
+        how = docker("run", "--rm", tag, "cat", "/opt/envmatrix-python.txt").stdout.decode().strip()
+        user = docker("run", "--rm", tag, "getent", "passwd", "1000").stdout.decode().strip().split(":")[0]
+        rehearsal.check(f"Python {python} on {ref}'s stand-in: by {how}; uid 1000 = {user}; gcc and Python.h in")
+        rehearsal.built.append({"image": tag, "base": ref, "python": python, "python_from": how, "steps": "python, compiler, user (no torch)"})
+    else:
+        rehearsal.cannot(f"Python {python} on {ref}'s stand-in: {' | '.join(said) or (done.stdout + done.stderr)[-300:]}")
+
+
+def read_results(rehearsal: Rehearsal, reports: Path, envs: list[dict[str, Any]]) -> None:
+    for path in sorted((reports / "results").glob("*.json")):
+        record = json.loads(path.read_text())
+        build = (record.get("environment") or {}).get("build") or {}
+        outcome = record.get("outcome") or {}
+        rehearsal.cells.append(
+            {
+                "cell": record.get("cell", {}).get("id") or path.stem,
+                "status": record.get("status"),
+                "class": outcome.get("class"),
+                "summary": str(outcome.get("summary") or outcome.get("reason") or "")[:200],
+                "launch": record.get("launch"),
+            }
+        )
+        if build.get("image") and not any(b.get("image") == build["image"] for b in rehearsal.built):
+            rehearsal.built.append(
+                {
+                    "image": build["image"],
+                    "base": build.get("base_image"),
+                    "python_from": build.get("python_from"),
+                    "torch": next((p for p in build.get("freeze", []) if p.startswith("torch==")), None),
+                    "flash_attn": build.get("flash_attn"),
+                }
+            )
+    for cell in rehearsal.cells:
+        rehearsal.say(f"cell {cell['cell']}: {cell['status']} {cell['class']} ({cell['launch']}) {cell['summary']}")
+    if not rehearsal.cells:
+        rehearsal.cannot("no cell records were written (see run.log)")
+
+
+def downstream(rehearsal: Rehearsal, args: argparse.Namespace, matrix: Path, reports: Path, env: dict[str, str]) -> None:
+    """Vetting and lock on the records; the three scheduler files rendered from the real matrix file."""
+    hook_log = Path("/tmp/envmatrix-standin-hook.log")
+    if hook_log.is_file():
+        asked = [line for line in hook_log.read_text().splitlines() if "GPU-" in line]
+        rehearsal.check(f"the engine ran the toolkit's (stand-in) hook for GPU device requests: {len(asked)} logged, last: {asked[-1] if asked else '-'}")
+    lock = envmatrix("lock", "--best", args.gpu, "--results", str(reports / "results"), "--out", str(args.work / "lock"), env=env)
+    text = (lock.stdout + lock.stderr).strip().splitlines()
+    (rehearsal.check if lock.returncode == 0 else rehearsal.cannot)(f"lock --best {args.gpu} (exit {lock.returncode}): {' | '.join(text[-2:])[:400]}")
+    for target in ("github", "slurm", "k8s"):
+        done = envmatrix("submit", target, "--file", str(args.file), "--profile", args.profile, "--dry-run", env=env)
+        out = args.work / f"submit-{target}.txt"
+        out.write_text(done.stdout + done.stderr)
+        (rehearsal.check if done.returncode == 0 else rehearsal.cannot)(
+            f"submit {target} --dry-run from {args.file.name} (exit {done.returncode}): {len(done.stdout.splitlines())} lines in {out}"
+        )
+    rehearsal.cannot("the kernels: torch here is the CPU build, so no cell touches a GPU (CUDA, NCCL, flash-attn's kernels, vLLM)")
+
+
+def finish(rehearsal: Rehearsal, *, fatal: bool) -> int:
+    summary = {"built": rehearsal.built, "cells": rehearsal.cells, "checks": rehearsal.checks, "could_not_reach": rehearsal.unreached}
+    (rehearsal.work / "rehearsal.json").write_text(json.dumps(summary, indent=2))
+    print("\n== rehearsal ==")
+    print(f"images built: {len(rehearsal.built)}")
+    for b in rehearsal.built:
+        print(f"  {b.get('image')}  base {b.get('base')}  python {b.get('python_from')}  {b.get('torch') or ''}")
+    classes: dict[str, int] = {}
+    for c in rehearsal.cells:
+        key = f"{c['status']}/{c['class']}"
+        classes[key] = classes.get(key, 0) + 1
+    print(f"cells run: {len(rehearsal.cells)} {classes}")
+    print("could not reach:")
+    for line in rehearsal.unreached:
+        print(f"  - {line}")
+    return 1 if fatal else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
