@@ -50,6 +50,7 @@ CPU_TORCH_WHEELS = Path(os.environ.get("ENVMATRIX_REHEARSAL_WHEELS", "/opt/wheel
 SUITES = {"ubuntu22.04": "jammy", "ubuntu24.04": "noble"}  # the distribution releases nvidia/cuda builds on
 NEAREST_DEBIAN = "envmatrix-base:bookworm"  # dockerfiles/debian-base.sh
 RUNNABLE_PYTHON = "3.11"  # the CPU torch wheel's Python (cp311)
+INDEX_PORT = 47613  # the local torch index's port (any free one; fixed so that unchanged images are reused)
 DRIVER = "580.65.06"  # the simulated driver: every CUDA build in the profile runs on it
 FAST_SCENARIOS = ("bf16-sdpa", "ddp2")  # one forked cell, one in a container of its own (two ranks)
 
@@ -148,7 +149,8 @@ def standin_base(ref: str, gpu_smi_name: str, rehearsal: Rehearsal) -> str:
     devel = "COPY nvcc /usr/local/cuda/bin/nvcc\nENV PATH=/usr/local/cuda/bin:$PATH\n" if flavour == "cudnn-devel" else ""
     (folder / "Dockerfile").write_text(
         f"FROM {os_image}\n"
-        f"ENV CUDA_VERSION={version} NVIDIA_REQUIRE_CUDA=cuda>={version.rsplit('.', 1)[0]} NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility\n"
+        f"ENV CUDA_VERSION={version} NVIDIA_REQUIRE_CUDA=cuda>={version.rsplit('.', 1)[0]}\n"
+        "ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility\n"
         "COPY nvidia-smi /usr/bin/nvidia-smi\nCOPY libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
         f"{devel}LABEL envmatrix.standin={ref}\n"
     )
@@ -161,14 +163,17 @@ def standin_base(ref: str, gpu_smi_name: str, rehearsal: Rehearsal) -> str:
 
 
 class Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (pip's 404s for other projects are expected)
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 
 def serve(folder: Path, host: str) -> tuple[http.server.ThreadingHTTPServer, str]:
     """A local HTTP index the build containers reach at the engine's bridge gateway."""
     handler = functools.partial(Quiet, directory=str(folder))
-    server = http.server.ThreadingHTTPServer((host, 0), handler)
+    try:  # a fixed port: the index URL is a build argument, part of the image's tag and of Docker's layer cache
+        server = http.server.ThreadingHTTPServer((host, INDEX_PORT), handler)
+    except OSError:
+        server = http.server.ThreadingHTTPServer((host, 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}"
 
@@ -260,15 +265,17 @@ def rehearse(args: argparse.Namespace, rehearsal: Rehearsal, env: dict[str, str]
 
     # 1. the profile's own images up to the torch step: its Python from its own base's distribution (or uv)
     own = {(e["install"]["python"]["version"], e["base_image"]) for e in envs if e["base_image"]}
-    for python, ref in sorted(own):
+    for python, ref in sorted(own)[: 1 if args.fast else None]:
         if python == RUNNABLE_PYTHON:
             continue
         base = standin_base(ref, smi_name, rehearsal)
         probe_python_step(rehearsal, base, ref, python)
+    noble = next((ref for _, ref in sorted(own) if ref.endswith("ubuntu24.04")), None)
+    if noble and not args.fast:  # apt refuses a Python the release does not ship: the uv path (its CPython from GitHub)
+        probe_python_step(rehearsal, standin_base(noble, smi_name, rehearsal), noble, RUNNABLE_PYTHON)
     if any(python != RUNNABLE_PYTHON for python, _ in own):
-        rehearsal.cannot(
-            f"torch for Python {', '.join(sorted({p for p, _ in own} - {RUNNABLE_PYTHON}))}: the only CPU torch wheel here is cp311; those environments run with Python 3.11"
-        )
+        others = ", ".join(sorted({p for p, _ in own} - {RUNNABLE_PYTHON}))
+        rehearsal.cannot(f"torch for Python {others}: the only CPU torch wheel here is cp311; those environments run with 3.11")
 
     # 2. the runnable rehearsal: the same environments with Python 3.11 on the catalog's base for it
     cudas = sorted({e["env"]["cuda"] for e in envs})
@@ -332,12 +339,11 @@ def probe_python_step(rehearsal: Rehearsal, base: str, ref: str, python: str) ->
     shutil.copy(ca, folder / "ca.crt")
     (folder / "Dockerfile").write_text(
         f"FROM {base}\nCOPY ca.crt /etc/envmatrix/ca.crt\nENV PIP_CERT=/etc/envmatrix/ca.crt SSL_CERT_FILE=/etc/envmatrix/ca.crt\n"
-        f"COPY steps/ /opt/envmatrix/steps/\nRUN sh /opt/envmatrix/steps/python.sh {python} 1 && sh /opt/envmatrix/steps/compiler.sh 1 && sh /opt/envmatrix/steps/user.sh\n"
+        f"COPY steps/ /opt/envmatrix/steps/\nRUN sh /opt/envmatrix/steps/python.sh {python} 1 && sh /opt/envmatrix/steps/compiler.sh 1\n"
+        "RUN sh /opt/envmatrix/steps/user.sh\n"
     )
     tag = f"envmatrix-standin/python-step:{python}-{base.split(':')[1]}"
-    done = subprocess.run(
-        ["docker", "build", "-t", tag, str(folder)], capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "0"}
-    )
+    done = subprocess.run(["docker", "build", "-t", tag, str(folder)], capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
     said = [line.strip() for line in (done.stdout + done.stderr).splitlines() if "python " in line and (":" in line) and "python.sh" not in line][-2:]
     if done.returncode == 0:
         how = docker("run", "--rm", tag, "cat", "/opt/envmatrix-python.txt").stdout.decode().strip()
