@@ -50,6 +50,7 @@ CPU_TORCH_WHEELS = Path(os.environ.get("ENVMATRIX_REHEARSAL_WHEELS", "/opt/wheel
 SUITES = {"ubuntu22.04": "jammy", "ubuntu24.04": "noble"}  # the distribution releases nvidia/cuda builds on
 NEAREST_DEBIAN = "envmatrix-base:bookworm"  # dockerfiles/debian-base.sh
 RUNNABLE_PYTHON = "3.11"  # the CPU torch wheel's Python (cp311)
+RUNNABLE_SUITE = "bookworm"  # ships 3.11.2 (ubuntu 22.04's 3.11 is 3.11.0~rc1; 24.04 ships none)
 INDEX_PORT = 47613  # the local torch index's port (any free one; fixed so that unchanged images are reused)
 DRIVER = "580.65.06"  # the simulated driver: every CUDA build in the profile runs on it
 FAST_SCENARIOS = ("bf16-sdpa", "ddp2")  # one forked cell, one in a container of its own (two ranks)
@@ -121,17 +122,17 @@ def rootfs_tar(suite: str, cache: Path, rehearsal: Rehearsal) -> Path | None:
     return tar
 
 
-def standin_base(ref: str, gpu_smi_name: str, rehearsal: Rehearsal) -> str:
-    """A local image standing in for the nvidia/cuda base `ref`: its Ubuntu release (or the nearest Debian),
+def standin_base(ref: str, gpu_smi_name: str, rehearsal: Rehearsal, suite: str | None = None) -> str:
+    """A local image standing in for the nvidia/cuda base `ref`: its Ubuntu release (or `suite`, a Debian release),
     its CUDA_VERSION, a stand-in nvidia-smi and libcuda, and for devel bases a stand-in nvcc."""
     m = re.fullmatch(r"nvidia/cuda:(\d+\.\d+\.\d+)-(runtime|cudnn-devel)-(ubuntu\d+\.\d+)", ref)
     if m is None:
         raise SystemExit(f"rehearsal: {ref} is not an nvidia/cuda reference the rehearsal knows")
     version, flavour, system = m.groups()
-    tag = f"envmatrix-standin/cuda:{version}-{flavour}-{system}"
+    suite = suite or SUITES[system]
+    tag = f"envmatrix-standin/cuda:{version}-{flavour}-{system if suite == SUITES[system] else suite}"
     if image_exists(tag):
         return tag
-    suite = SUITES[system]
     os_image = f"envmatrix-standin/os:{suite}"
     if not image_exists(os_image):
         tar = rootfs_tar(suite, Path.home() / ".cache" / "envmatrix" / "standin", rehearsal)
@@ -155,7 +156,7 @@ def standin_base(ref: str, gpu_smi_name: str, rehearsal: Rehearsal) -> str:
         f"{devel}LABEL envmatrix.standin={ref}\n"
     )
     docker("build", "-q", "-t", tag, str(folder))
-    rehearsal.say(f"stand-in base {tag} for {ref} ({suite if image_exists(os_image) else 'debian'})")
+    rehearsal.say(f"stand-in base {tag} for {ref} ({suite})")
     return tag
 
 
@@ -270,20 +271,25 @@ def rehearse(args: argparse.Namespace, rehearsal: Rehearsal, env: dict[str, str]
             continue
         base = standin_base(ref, smi_name, rehearsal)
         probe_python_step(rehearsal, base, ref, python)
-    noble = next((ref for _, ref in sorted(own) if ref.endswith("ubuntu24.04")), None)
-    if noble and not args.fast:  # apt refuses a Python the release does not ship: the uv path (its CPython from GitHub)
-        probe_python_step(rehearsal, standin_base(noble, smi_name, rehearsal), noble, RUNNABLE_PYTHON)
+    if not args.fast:  # apt refuses a pre-release (jammy's 3.11.0~rc1) or a Python the release lacks: the uv path
+        for ref in sorted({ref for _, ref in own})[:1]:
+            for system in SUITES:
+                other = ref.rsplit("-", 1)[0] + f"-{system}"
+                probe_python_step(rehearsal, standin_base(other, smi_name, rehearsal), other, RUNNABLE_PYTHON)
     if any(python != RUNNABLE_PYTHON for python, _ in own):
         others = ", ".join(sorted({p for p, _ in own} - {RUNNABLE_PYTHON}))
         rehearsal.cannot(f"torch for Python {others}: the only CPU torch wheel here is cp311; those environments run with 3.11")
 
-    # 2. the runnable rehearsal: the same environments with Python 3.11 on the catalog's base for it
+    # 2. the runnable rehearsal: the same environments with Python 3.11 (the CPU torch wheel's), by the distribution's
+    # package on Debian 12 standing in for the CUDA base (no Ubuntu release ships a final 3.11, and uv's CPython
+    # comes from GitHub, which this machine may not reach)
     cudas = sorted({e["env"]["cuda"] for e in envs})
     bases = {}
     for cuda in cudas:
         found = catalog.base_image_for(cuda, RUNNABLE_PYTHON, toolkit=False)
         if found is not None:
-            bases[cuda] = standin_base(found.ref, smi_name, rehearsal)
+            bases[cuda] = standin_base(found.ref, smi_name, rehearsal, suite=RUNNABLE_SUITE)
+    rehearsal.say(f"runnable copy: Python {RUNNABLE_PYTHON} by apt on Debian 12 ({RUNNABLE_SUITE}) standing in for {', '.join(sorted(bases))} bases")
     wheelhouse = args.work / "wheelhouse"
     wheelhouse.mkdir(exist_ok=True)
     matrix = args.work / "matrix.yaml"

@@ -19,7 +19,10 @@ if ! command -v "python$py" >/dev/null 2>&1; then
         # what apt can install, not what it lists: `apt-cache show` lists a package whose dependencies cannot be met
         pkgs="python$py python$py-venv ca-certificates"
         [ "$headers" = 1 ] && pkgs="$pkgs python$py-dev"
-        if said=$(apt-get install --simulate --no-install-recommends $pkgs 2>&1); then
+        # and not a pre-release: ubuntu 22.04 offers python3.11 3.11.0~rc1, on which torch's dynamo fails at import
+        if said=$(apt-get install --simulate --no-install-recommends $pkgs 2>&1) \
+            && offered=$(echo "$said" | sed -n "s/^Inst python$py (\([^ ]*\) .*/\1/p") \
+            && case "$offered" in *~a[0-9]* | *~b[0-9]* | *~rc[0-9]*) said="E: apt offers python$py $offered, a pre-release"; false;; *) true;; esac; then
             apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
             how=distribution
         else
