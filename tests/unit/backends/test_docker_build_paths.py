@@ -49,7 +49,7 @@ def test_ds_build_ops_builds_without_isolation_on_a_devel_base() -> None:
 def test_ds_build_ops_in_a_cpu_environment_is_refused_before_the_build() -> None:
     cpu = Environment("none", "2.13.0", "4.57.6", "none", "cpu", "3.11", (("deepspeed", "0.15.4"),))
     b = backend(FakeDocker(), Sources(PIP, build_from_source=True))
-    with pytest.raises(BuildFailed, match="refused before building .*DS_BUILD_OPS=1 compiles DeepSpeed's CUDA ops"):
+    with pytest.raises(BuildFailed, match=r"refused before building .*DS_BUILD_OPS=1 compiles DeepSpeed's CUDA ops"):
         b.check_source_build(cpu, {"BASE_IMAGE": "envmatrix-base:bookworm"})
 
 
@@ -78,7 +78,7 @@ class NoNvcc(FakeDocker):
 def test_a_base_without_nvcc_is_refused_before_the_build() -> None:
     client = NoNvcc()
     sources = Sources(PIP, flash_attn=("sdist",), build_from_source=True, base_images={"12.8": "nvidia/cuda:12.8.1-runtime-ubuntu24.04"})
-    with pytest.raises(BuildFailed, match="has no nvcc, which flash-attn 2.8.3: built from source .* use a CUDA devel base"):
+    with pytest.raises(BuildFailed, match=r"has no nvcc, which flash-attn 2\.8\.3: built from source .* use a CUDA devel base"):
         backend(client, sources).check_source_build(FLASH, {"BASE_IMAGE": "nvidia/cuda:12.8.1-runtime-ubuntu24.04"})
     ((image, command, _),) = client.started
     assert image == "nvidia/cuda:12.8.1-runtime-ubuntu24.04" and "nvcc" in command[-1]
