@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.version import Version
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -266,8 +267,8 @@ def rehearse(args: argparse.Namespace, rehearsal: Rehearsal, env: dict[str, str]
 
     # 1. the profile's own images up to the torch step: its Python from its own base's distribution (or uv)
     own = {(e["install"]["python"]["version"], e["base_image"]) for e in envs if e["base_image"]}
-    for python, ref in sorted(own)[: 1 if args.fast else None]:
-        if python == RUNNABLE_PYTHON:
+    for python, ref in sorted(own):
+        if python == RUNNABLE_PYTHON or args.fast:  # --fast: the runnable image's own Python step is the apt check
             continue
         base = standin_base(ref, smi_name, rehearsal)
         probe_python_step(rehearsal, base, ref, python)
@@ -297,7 +298,9 @@ def rehearse(args: argparse.Namespace, rehearsal: Rehearsal, env: dict[str, str]
     runnable = plan(matrix, args.profile, args.gpu, env)
     renvs = [e for e in runnable["environments"] if args.gpu in e["gpus"]]
     if args.fast:
-        renvs = sorted(renvs, key=lambda e: (e["env"]["flash_attn"] != "none", e["env"]["torch"]))[:1]
+        # flash-attn's path first, then the torch the CPU wheel is (no relabelling), then the oldest
+        own_torch = cpu_torch_wheel().name.split("-")[1].split("+")[0]
+        renvs = sorted(renvs, key=lambda e: (e["env"]["flash_attn"] == "none", e["env"]["torch"] != own_torch, Version(e["env"]["torch"])))[:1]
     elif args.envs:
         renvs = spread(renvs, args.envs)
     cpu = cpu_torch_wheel()
@@ -396,9 +399,15 @@ def downstream(rehearsal: Rehearsal, args: argparse.Namespace, matrix: Path, rep
     if hook_log.is_file():
         asked = [line for line in hook_log.read_text().splitlines() if "GPU-" in line]
         rehearsal.check(f"the engine ran the toolkit's (stand-in) hook for GPU device requests: {len(asked)} logged, last: {asked[-1] if asked else '-'}")
+    vetted = reports / "vetted.json"
+    if vetted.is_file():
+        rehearsal.check(f"vetting ran on the records: {vetted} ({len(vetted.read_text())} bytes)")
     lock = envmatrix("lock", "--best", args.gpu, "--results", str(reports / "results"), "--out", str(args.work / "lock"), env=env)
-    text = (lock.stdout + lock.stderr).strip().splitlines()
-    (rehearsal.check if lock.returncode == 0 else rehearsal.cannot)(f"lock --best {args.gpu} (exit {lock.returncode}): {' | '.join(text[-2:])[:400]}")
+    text = " | ".join((lock.stdout + lock.stderr).strip().splitlines()[-2:])[:400]
+    if lock.returncode == 0:
+        rehearsal.check(f"lock --best {args.gpu}: {text}")
+    else:  # with a CPU torch no GPU cell is ok, so nothing is vetted: lock's refusal runs, the lock itself cannot
+        rehearsal.cannot(f"a lock of a vetted environment (no cell can be ok without a GPU); lock --best {args.gpu} exit {lock.returncode}: {text}")
     for target in ("github", "slurm", "k8s"):
         done = envmatrix("submit", target, "--file", str(args.file), "--profile", args.profile, "--dry-run", env=env)
         out = args.work / f"submit-{target}.txt"

@@ -28,12 +28,12 @@ def test_the_fast_rehearsal_builds_runs_and_says_what_it_could_not_reach() -> No
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = json.loads((WORK / "rehearsal.json").read_text())
     (image,) = [b for b in summary["built"] if b["image"].startswith("envmatrix-probe:")]
-    assert image["base"].startswith("envmatrix-standin/cuda:") and image["python_from"] == "distribution", image
+    assert image["base"].startswith("envmatrix-standin/cuda:"), image
+    assert image["python_from"] in ("distribution", "image"), image  # apt on the Debian stand-in; the image's own on the nearest Debian base
     assert image["torch"] and image["torch"].endswith("+cpu"), image  # the relabelled CPU wheel came through ENVMATRIX_TORCH_INDEX
-    python_steps = [b for b in summary["built"] if b["image"].startswith("envmatrix-standin/python-step:")]
-    assert python_steps and all(b["python_from"] in ("distribution", "uv") for b in python_steps), summary["built"]
     cells = {c["cell"].split("/")[1]: c for c in summary["cells"]}
     assert set(cells) == {"bf16-sdpa", "ddp2"} and all(c["status"] == "done" for c in cells.values()), cells
-    assert cells["bf16-sdpa"]["launch"].startswith("forked"), cells  # the fork helper's decision on the simulated driver
+    assert all(c["launch"].startswith(("forked", "2 ranks forked")) for c in cells.values()), cells  # the fork helper, on the simulated driver
+    assert all(c["class"] == "wrong_gpu" for c in cells.values()), cells  # the probe saw the CPU, not the H20 the runner offered
     assert any("submit github" in line for line in summary["checks"]) and any("submit slurm" in line for line in summary["checks"]), summary["checks"]
     assert any(line.startswith("the kernels") for line in summary["could_not_reach"]), summary["could_not_reach"]
