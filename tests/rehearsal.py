@@ -334,7 +334,7 @@ def spread(envs: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     first: dict[tuple[str, str], dict[str, Any]] = {}
     for e in envs:
         first.setdefault((e["env"]["cuda"], e["env"]["flash_attn"]), e)
-    chosen = list(first.values())
+    chosen = sorted(first.values(), key=lambda e: e["env"]["flash_attn"] == "none")  # stable: flash-attn's first
     chosen += [e for e in envs if e not in chosen]
     return chosen[:n]
 
@@ -354,6 +354,8 @@ def probe_python_step(rehearsal: Rehearsal, base: str, ref: str, python: str) ->
     tag = f"envmatrix-standin/python-step:{python}-{base.split(':')[1]}"
     done = subprocess.run(["docker", "build", "-t", tag, str(folder)], capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
     said = [line.strip() for line in (done.stdout + done.stderr).splitlines() if "python " in line and (":" in line) and "python.sh" not in line][-2:]
+    failed = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip().lower().startswith(("error", "e:", "python.sh:"))]
+    said += failed[-1:]
     if done.returncode == 0:
         how = docker("run", "--rm", tag, "cat", "/opt/envmatrix-python.txt").stdout.decode().strip()
         user = docker("run", "--rm", tag, "getent", "passwd", "1000").stdout.decode().strip().split(":")[0]
