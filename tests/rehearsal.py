@@ -45,6 +45,7 @@ from standin_wheels import pep503, relabel_torch, stub_flash_attn  # noqa: E402
 from envmatrix.facts import catalog  # noqa: E402
 
 STANDIN_GPU = TESTS / "data" / "standin-gpu"  # the hook and nvcc
+HOOK_LOG = Path("/tmp/envmatrix-standin-hook.log")  # where the stand-in hook logs (the engine runs it without our environment)
 FAKECUDA = TESTS / "data" / "fakecuda" / "libcuda.c"
 ROOTFS = ROOT / "dockerfiles" / "standin-rootfs.sh"
 CPU_TORCH_WHEELS = Path(os.environ.get("ENVMATRIX_REHEARSAL_WHEELS", "/opt/wheels"))
@@ -321,6 +322,7 @@ def rehearse(args: argparse.Namespace, rehearsal: Rehearsal, env: dict[str, str]
     for pattern in only:
         cmd += ["--only", pattern]
     rehearsal.say(f"envmatrix {' '.join(cmd)}")
+    args.hook_seen = len(hook_lines())
     done = envmatrix(*cmd, env=env)
     (args.work / "run.log").write_text(done.stdout + done.stderr)
     rehearsal.say(f"run exited {done.returncode}; its output: {args.work / 'run.log'}")
@@ -395,12 +397,18 @@ def read_results(rehearsal: Rehearsal, reports: Path, envs: list[dict[str, Any]]
         rehearsal.cannot("no cell records were written (see run.log)")
 
 
+def hook_lines() -> list[str]:
+    """What the stand-in hook has logged on this machine (every engine user's requests: the rehearsal counts its own)."""
+    return HOOK_LOG.read_text().splitlines() if HOOK_LOG.is_file() else []
+
+
 def downstream(rehearsal: Rehearsal, args: argparse.Namespace, matrix: Path, reports: Path, env: dict[str, str]) -> None:
     """Vetting and lock on the records; the three scheduler files rendered from the real matrix file."""
-    hook_log = Path("/tmp/envmatrix-standin-hook.log")
-    if hook_log.is_file():
-        asked = [line for line in hook_log.read_text().splitlines() if "GPU-" in line]
-        rehearsal.check(f"the engine ran the toolkit's (stand-in) hook for GPU device requests: {len(asked)} logged, last: {asked[-1] if asked else '-'}")
+    asked = [line for line in hook_lines()[args.hook_seen :] if "GPU-" in line]
+    if asked:
+        rehearsal.check(f"the engine ran the toolkit's (stand-in) hook for {len(asked)} GPU device requests, the last: {asked[-1]}")
+    else:
+        rehearsal.cannot("the toolkit's (stand-in) hook logged no GPU device request during the run (an engine started without it on its PATH?)")
     vetted = reports / "vetted.json"
     if vetted.is_file():
         rehearsal.check(f"vetting ran on the records: {vetted} ({len(vetted.read_text())} bytes)")
