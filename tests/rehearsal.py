@@ -328,6 +328,8 @@ def rehearse(args: argparse.Namespace, rehearsal: Rehearsal, env: dict[str, str]
     rehearsal.say(f"run exited {done.returncode}; its output: {args.work / 'run.log'}")
     read_results(rehearsal, reports, renvs)
     downstream(rehearsal, args, matrix, reports, env)
+    os.environ["PATH"], os.environ["ENVMATRIX_TORCH_INDEX"] = env["PATH"], env["ENVMATRIX_TORCH_INDEX"]  # the runner's, for the backend in-process
+    source_builds(rehearsal, [e for e in runnable["environments"] if args.gpu in e["gpus"]], smi_name, build=not args.fast)
     return finish(rehearsal, fatal=not rehearsal.cells)
 
 
@@ -395,6 +397,42 @@ def read_results(rehearsal: Rehearsal, reports: Path, envs: list[dict[str, Any]]
         rehearsal.say(f"cell {cell['cell']}: {cell['status']} {cell['class']} ({cell['launch']}) {cell['summary']}")
     if not rehearsal.cells:
         rehearsal.cannot("no cell records were written (see run.log)")
+
+
+def source_builds(rehearsal: Rehearsal, envs: list[dict[str, Any]], smi_name: str, *, build: bool) -> None:
+    """flash-attn from source (flash_attn_sources: sdist): refused before the build on a runtime base (no nvcc); on a
+    devel base (with `build`) the image builds up to nvcc, whose stand-in compiles nothing, so the build stops there."""
+    from envmatrix.backends import BuildFailed
+    from envmatrix.backends.docker import DockerBackend
+    from envmatrix.host.pipconfig import read_pip_settings
+    from envmatrix.plan.builds import Build
+    from envmatrix.plan.cells import Environment
+    from envmatrix.plan.install import Sources
+
+    flash = next((e for e in envs if e["env"]["flash_attn"] != "none"), None)
+    if flash is None:
+        rehearsal.cannot("flash-attn from source: the profile plans no flash-attn environment on this GPU type")
+        return
+    e = flash["env"]
+    env = Environment(e["cuda"], e["torch"], e["transformers"], e["flash_attn"], "H20", RUNNABLE_PYTHON, tuple(sorted(e["packages"].items())))
+    found = catalog.base_image_for(env.cuda, env.python, toolkit=True)
+    assert found is not None
+    for ref in [found.ref.replace("cudnn-devel", "runtime"), *([found.ref] if build else [])]:
+        base = standin_base(ref, smi_name, rehearsal, suite=RUNNABLE_SUITE)
+        sources = Sources(read_pip_settings(), flash_attn=("sdist",), build_from_source=True, base_images={env.cuda: base})
+        log = rehearsal.work / f"source-build-{ref.split('-')[1]}.log"
+        try:
+            DockerBackend(sources=sources).prepare(Build(env.build_id, env, ()), log)
+            rehearsal.cannot(f"flash-attn {env.flash_attn} from source on {base}: it built, with a stand-in nvcc?")
+        except BuildFailed as exc:
+            said = str(exc)
+            if "runtime" in ref and "refused before building" in said:
+                rehearsal.check(f"flash-attn from source on a runtime base: {said[:300]}")
+            elif "nvcc (envmatrix stand-in)" in log.read_text(errors="replace"):
+                rehearsal.check(f"flash-attn from source on {base}: build requirements, headers, forced build and MAX_JOBS set; stopped at nvcc ({log})")
+                rehearsal.cannot("compiling flash-attn (a real nvcc and CUDA toolkit)")
+            else:
+                rehearsal.cannot(f"flash-attn from source on {base}: {said[:300]} ({log})")
 
 
 def hook_lines() -> list[str]:

@@ -37,3 +37,5 @@ def test_the_fast_rehearsal_builds_runs_and_says_what_it_could_not_reach() -> No
     assert all(c["class"] == "wrong_gpu" for c in cells.values()), cells  # the probe saw the CPU, not the H20 the runner offered
     assert any("submit github" in line for line in summary["checks"]) and any("submit slurm" in line for line in summary["checks"]), summary["checks"]
     assert any(line.startswith("the kernels") for line in summary["could_not_reach"]), summary["could_not_reach"]
+    said = [line for line in summary["checks"] + summary["could_not_reach"] if "flash-attn from source" in line]
+    assert said and ("refused before building" in said[0] or "plans no flash-attn" in said[0]), said  # no nvcc in a runtime base: refused, not built
