@@ -428,9 +428,10 @@ def source_builds(rehearsal: Rehearsal, envs: list[dict[str, Any]], smi_name: st
             said = str(exc)
             if "runtime" in ref and "refused before building" in said:
                 rehearsal.check(f"flash-attn from source on a runtime base: {said[:300]}")
-            elif "nvcc (envmatrix stand-in)" in log.read_text(errors="replace"):
-                rehearsal.check(f"flash-attn from source on {base}: build requirements, headers, forced build and MAX_JOBS set; stopped at nvcc ({log})")
-                rehearsal.cannot("compiling flash-attn (a real nvcc and CUDA toolkit)")
+            elif any(mark in (text := log.read_text(errors="replace")) for mark in ("nvcc (envmatrix stand-in)", "CUDA_HOME environment variable is not set")):
+                where = "nvcc's stand-in" if "nvcc (envmatrix stand-in)" in text else "torch's CUDA_HOME, None in a CPU build"
+                rehearsal.check(f"flash-attn from source on {base}: build requirements installed, setup.py run without isolation; stopped at {where} ({log})")
+                rehearsal.cannot("compiling flash-attn (a CUDA build of torch, a real nvcc and toolkit)")
             else:
                 rehearsal.cannot(f"flash-attn from source on {base}: {said[:300]} ({log})")
 
