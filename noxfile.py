@@ -79,6 +79,22 @@ def gpu_check(session: nox.Session) -> None:
     session.run("envmatrix", "gpu-check", *session.posargs)
 
 
+@nox.session(name="gpu-tests", default=False)
+def gpu_tests(session: nox.Session) -> None:
+    """tests/gpu on this GPU host, with the CUDA torch its driver supports (envmatrix.host.cudatorch chooses it; exit 3 without a GPU)."""
+    session.install("-e", ".", env=COMPILE)  # envmatrix alone first: it reads the driver and names the torch build
+    torch = session.run("python", "-m", "envmatrix.host.cudatorch", CPU_TORCH, silent=True)
+    session.install("-e", ".[test]", *PROBE_DEPS, *str(torch).split(), env=COMPILE)
+    session.run("pytest", "tests/gpu", "-rs", *session.posargs)
+
+
+@nox.session(default=False)
+def rehearse(session: nox.Session) -> None:
+    """The GPU dress rehearsal on this CPU machine (Docker; root for debootstrap): nox -s rehearse -- [--fast] [--envs N] [--gpu H20]."""
+    install_once(session, "-e", ".[test]")
+    session.run("python", "tests/rehearsal.py", *session.posargs)
+
+
 @nox.session(default=False)
 def cell(session: nox.Session) -> None:
     """Run one cell again: nox -s cell -- CELL_ID [run options]."""

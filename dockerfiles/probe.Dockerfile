@@ -22,6 +22,8 @@ ENV PIP_CERT=/etc/envmatrix/ca.crt \
 COPY steps/ /opt/envmatrix/steps/
 ARG PYTHON=3.11
 ARG COMPILER=0
+# uv's CPython downloads from a mirror of python-build-standalone's releases (http(s); empty: GitHub)
+ARG UV_PYTHON_INSTALL_MIRROR=
 RUN sh /opt/envmatrix/steps/python.sh "$PYTHON" "$COMPILER" \
  && sh /opt/envmatrix/steps/compiler.sh "$COMPILER" \
  && sh /opt/envmatrix/steps/user.sh
@@ -30,6 +32,8 @@ ENV PATH=/opt/venv/bin:$PATH
 # Mirrors: index URLs as build args (http and https only; file:// paths on the host mean nothing here).
 ARG PIP_INDEX_URL=
 ARG PIP_EXTRA_INDEX_URL=
+# the hosts of plain-http indexes among them, which pip otherwise ignores (envmatrix passes host[:port] only)
+ARG PIP_TRUSTED_HOST=
 
 # torch, pinned exactly; a CPU torch comes from the wheelhouse (a CUDA build is several GB).
 COPY wheelhouse/ /wheelhouse/
@@ -45,10 +49,17 @@ ARG TRANSFORMERS
 ARG PACKAGES=
 ARG BUILD_ENV=
 ARG EXCLUDES=
-RUN case "$PACKAGES" in *[!A-Za-z0-9._+=\ -]*) echo "PACKAGES holds characters other than pins: $PACKAGES" >&2; exit 2;; esac \
+# SOURCE_BUILD: pins of what a build from source imports (plan/install.py SOURCE_BUILD_REQUIREMENTS), installed first;
+# with DS_BUILD_OPS=1 pip builds without isolation, so DeepSpeed's setup.py sees the installed torch.
+ARG SOURCE_BUILD=
+RUN case "$PACKAGES $SOURCE_BUILD" in *[!A-Za-z0-9._+=\ -]*) echo "PACKAGES or SOURCE_BUILD holds characters other than pins: $PACKAGES $SOURCE_BUILD" >&2; exit 2;; esac \
  && case "$BUILD_ENV" in *[!A-Z0-9_=\ ]*) echo "BUILD_ENV holds characters other than NAME=value words: $BUILD_ENV" >&2; exit 2;; esac \
  && case "$EXCLUDES" in *[!a-z0-9_\ -]*) echo "EXCLUDES holds characters other than names: $EXCLUDES" >&2; exit 2;; esac \
- && env $BUILD_ENV pip install "transformers==${TRANSFORMERS}" $PACKAGES \
+ && isolation= \
+ && case " $BUILD_ENV " in *" DS_BUILD_OPS=1 "*) isolation=--no-build-isolation; \
+        command -v nvcc >/dev/null || { echo "DS_BUILD_OPS=1 compiles DeepSpeed's CUDA ops: no nvcc in this base; use a CUDA devel base" >&2; exit 1; };; esac \
+ && if [ -n "$SOURCE_BUILD" ]; then pip install $SOURCE_BUILD; fi \
+ && env $BUILD_ENV pip install $isolation "transformers==${TRANSFORMERS}" $PACKAGES \
  && if [ -n "$EXCLUDES" ]; then pip uninstall -y $EXCLUDES; fi
 
 # flash-attn: the prebuilt wheel whose name matches the installed torch's C++ ABI (read here, not assumed),
@@ -58,6 +69,9 @@ ARG FLASH_ATTN=none
 ARG FLASH_WHEEL_ABI_TRUE=
 ARG FLASH_WHEEL_ABI_FALSE=
 ARG FLASH_ATTN_SOURCES="wheelhouse releases"
+# the sdist: compiled here (FLASH_BUILD_ENV: FLASH_ATTENTION_FORCE_BUILD=TRUE, else setup.py downloads a release wheel)
+# with nvcc from a devel base, without build isolation (it imports the installed torch), MAX_JOBS from the host's cores and memory
+ARG FLASH_BUILD_ENV=
 ARG MAX_JOBS=4
 RUN if [ "$FLASH_ATTN" != "none" ]; then \
         abi=$(python -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"); \
@@ -66,7 +80,9 @@ RUN if [ "$FLASH_ATTN" != "none" ]; then \
             wheelhouse) f="/wheelhouse/$wheel"; [ -f "$f" ] && pip install "$f" && got="$src $wheel $(sha256sum "$f" | cut -d' ' -f1) $f";; \
             releases) u="https://github.com/Dao-AILab/flash-attention/releases/download/v${FLASH_ATTN}/${wheel}"; \
                 pip download --no-deps -d /tmp/fa "$u" && pip install "/tmp/fa/$wheel" && got="$src $wheel $(sha256sum "/tmp/fa/$wheel" | cut -d' ' -f1) $u" && rm -rf /tmp/fa;; \
-            sdist) MAX_JOBS="$MAX_JOBS" pip install --no-build-isolation "flash-attn==$FLASH_ATTN" && got="$src flash-attn-$FLASH_ATTN - pypi";; \
+            sdist) case "$FLASH_BUILD_ENV $MAX_JOBS" in *[!A-Z0-9_=\ ]*) echo "FLASH_BUILD_ENV or MAX_JOBS holds other characters" >&2; exit 2;; esac; \
+                command -v nvcc >/dev/null || { echo "flash-attn $FLASH_ATTN from source: no nvcc in this base; use a CUDA devel base (cudnn-devel)" >&2; exit 1; }; \
+                env $FLASH_BUILD_ENV MAX_JOBS="$MAX_JOBS" pip install --no-build-isolation --no-binary flash-attn "flash-attn==$FLASH_ATTN" && got="$src flash-attn-$FLASH_ATTN - pypi";; \
         esac; [ -n "$got" ] && break; done; \
         [ -n "$got" ] || { echo "flash-attn $FLASH_ATTN: none of the sources [$FLASH_ATTN_SOURCES] offers $wheel" >&2; exit 1; }; \
         echo "$got" > /opt/envmatrix-flash-attn.txt; \

@@ -133,6 +133,14 @@ class FakeContainer:
         self.code, self.output, self.hangs = code, output, hangs
         self.name, self.status, self.labels = "fake", "running", {}
         self.killed = self.removed = False
+        self.refuse_start: list[str] = []  # engine errors the next starts raise, in order (docker.errors.APIError)
+
+    def start(self) -> None:
+        if self.refuse_start:
+            from docker.errors import APIError
+
+            raise APIError(self.refuse_start.pop(0))
+        self.removed = False
 
     def wait(self, timeout: float) -> dict[str, int]:
         if self.hangs and not self.killed:
@@ -176,6 +184,11 @@ class FakeContainers:
         self.client = client
 
     def run(self, image: str, command: list[str], **options: object) -> FakeContainer:
+        self.client.started.append((image, command, options))
+        return self.client.container
+
+    def create(self, image: str, command: list[str], **options: object) -> FakeContainer:
+        """What the backend starts itself (create, then start): recorded as `run` records it."""
         self.client.started.append((image, command, options))
         return self.client.container
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The probe image's Python, into /opt/venv, on any base:  python.sh VERSION HEADERS(0|1)
-#   the image's own python$VERSION when it has one; else its distribution's package (apt) when the archive
-#   carries it; else a uv-managed CPython (uv from PyPI, bootstrapped with the distribution's python3; its
+#   the image's own python$VERSION when it has one; else its distribution's package when apt can install it
+#   (`apt-get install --simulate`: a package the archive lists may still be uninstallable); else a uv-managed CPython (uv from PyPI, bootstrapped with the distribution's python3; its
 #   interpreter from python-build-standalone, or UV_PYTHON_INSTALL_MIRROR). HEADERS=1 adds Python.h
 #   (a compiler step follows: Triton and torch's inductor build C extensions at run time).
 # How it was provided goes to /opt/envmatrix-python.txt (the build facts read it back).
@@ -16,10 +16,20 @@ if ! command -v "python$py" >/dev/null 2>&1; then
     how=none
     if command -v apt-get >/dev/null 2>&1; then
         apt-get update -qq
-        if apt-cache show "python$py-venv" >/dev/null 2>&1; then
-            apt-get install -y -qq --no-install-recommends "python$py" "python$py-venv" ca-certificates >/dev/null
+        # what apt can install, not what it lists: `apt-cache show` lists a package whose dependencies cannot be met
+        pkgs="python$py python$py-venv ca-certificates"
+        [ "$headers" = 1 ] && pkgs="$pkgs python$py-dev"
+        # and not a pre-release: ubuntu 22.04 offers python3.11 3.11.0~rc1, on which torch's dynamo fails at import
+        if said=$(apt-get install --simulate --no-install-recommends $pkgs 2>&1) \
+            && offered=$(echo "$said" | sed -n "s/^Inst python$py (\([^ ]*\) .*/\1/p") \
+            && case "$offered" in *~a[0-9]* | *~b[0-9]* | *~rc[0-9]*) said="E: apt offers python$py $offered, a pre-release"; false;; *) true;; esac; then
+            apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
             how=distribution
+        else
+            echo "python $py: apt cannot install it here ($(echo "$said" | grep -m1 '^E:' || echo "$said" | tail -1)): a uv-managed CPython instead"
         fi
+    else
+        echo "python $py: no apt here: a uv-managed CPython instead"
     fi
 fi
 if [ "$how" != none ]; then
@@ -28,6 +38,7 @@ if [ "$how" != none ]; then
     fi
     "python$py" -m venv /opt/venv
 else
+    command -v apt-get >/dev/null 2>&1 || { echo "python.sh: no python$py, no apt to bootstrap uv with: use a base with python3 (profile base_images)" >&2; exit 1; }
     apt-get install -y -qq --no-install-recommends python3 python3-venv ca-certificates >/dev/null
     python3 -m venv /opt/uv
     /opt/uv/bin/pip install --quiet uv

@@ -14,12 +14,14 @@ import io
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import tarfile
 import tempfile
 import threading
 import time
+import urllib.parse
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -38,7 +40,7 @@ from ..host.pipconfig import read_pip_settings
 from ..plan.builds import Build
 from ..plan.cells import Environment
 from ..plan.eligibility import driver_too_old
-from ..plan.install import Sources, install_set, package_pins
+from ..plan.install import FLASH_SOURCE_BUILD_ENV, SOURCE_BUILD_REQUIREMENTS, InstallSet, Sources, install_set, package_pins
 from ..run.execute import Completed, fork_refusal, probe_argv, probe_command, process_alive
 from ..run.forkclient import CMDLINE_ROOM, HARD_S, LOG_NOTE, Helper, HelperFailed, HelperPool, connect_when_ready, forked_launch, helper_from_hello, run_forked
 from ..spec.matrix import Scenario
@@ -53,6 +55,7 @@ HELPER_DIR = "/envmatrix-helper"  # the helper's socket folder, mounted from the
 RUNS_DIR = "/runs"  # the cells' output folders (the parent of every `out`), mounted for the helper
 CELL_LOG = ".envmatrix-cell.log"  # a forked cell's output inside its folder, moved into its log afterwards
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+PYTHON_RECORD = "/opt/envmatrix-python.txt"  # how dockerfiles/steps/python.sh provided the Python: image, distribution or uv
 HOME_IN_CONTAINER = "/home/probe"  # a tmpfs (exec) in every probe container: its HOME and cache root
 CACHES_IN_CONTAINER = f"{HOME_IN_CONTAINER}/.envmatrix-caches"
 THREAD_VARS = ("OMP_NUM_THREADS",)  # what a cell takes from the runner's environment for it (its share of the cores)
@@ -105,6 +108,48 @@ def _file_from(container: Any, path: str) -> bytes:
         return handle.read()
 
 
+def build_jobs() -> int:
+    """MAX_JOBS for a build from source: the host's cores, at most one per 4 GiB of memory (flash-attn's
+    nvcc jobs take several GB each; its README asks for fewer jobs on hosts with less memory than cores)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**30
+    except (ValueError, OSError):
+        return max(1, min(cores, 4))
+    return max(1, min(cores, gib // 4))
+
+
+def source_build_args(wanted: InstallSet) -> dict[str, str]:
+    """The Dockerfile's build-from-source ARGs, only where the environment builds something from source (they
+    take part in the image's tag: an image with no source build does not change with the host's cores)."""
+    if not wanted.toolkit:
+        return {}
+    args = {"SOURCE_BUILD": " ".join(SOURCE_BUILD_REQUIREMENTS)}
+    if wanted.flash_attn is not None and flashsource.SDIST in wanted.flash_attn.sources:
+        args["FLASH_BUILD_ENV"] = " ".join(f"{k}={v}" for k, v in FLASH_SOURCE_BUILD_ENV)
+        args["MAX_JOBS"] = str(build_jobs())
+    return args
+
+
+def source_build_refusal(env: Environment, wanted: InstallSet) -> str | None:
+    """Why this environment's build from source cannot work whatever the base (said before building), or None."""
+    if env.cuda == "none" and ("DS_BUILD_OPS", "1") in wanted.build_env:
+        return "DS_BUILD_OPS=1 compiles DeepSpeed's CUDA ops, which a CPU environment cannot: set build_from_source: false (ops compiled at first use)"
+    return None
+
+
+def plain_http_hosts(urls: list[str]) -> list[str]:
+    """The host[:port] of each plain-http index: pip ignores an http index unless told to trust its host (a team's
+    internal mirror, the rehearsal's local torch index); https ones are verified as ever."""
+    hosts = []
+    for url in urls:
+        for word in url.split():
+            parts = urllib.parse.urlsplit(word)
+            if parts.scheme == "http" and parts.hostname and re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]+)?", parts.netloc) and parts.netloc not in hosts:
+                hosts.append(parts.netloc)
+    return hosts
+
+
 def _http_only(urls: tuple[str, ...]) -> list[str]:
     return [u for u in urls if u.startswith(("http://", "https://"))]
 
@@ -131,6 +176,7 @@ class DockerBackend:
         self.lock = threading.Lock()
         self.helpers = HelperPool()
         self._gpus = gpus
+        self.memlock_refused: str | None = None  # why the engine cannot lift the locked-memory limit, once it said so
 
     @property
     def gpus(self) -> HostGpus:
@@ -214,10 +260,40 @@ class DockerBackend:
         }
         if self.settings.index_url and self.settings.index_url.startswith(("http://", "https://")):
             args["PIP_INDEX_URL"] = self.settings.index_url
+        mirror = os.environ.get("UV_PYTHON_INSTALL_MIRROR", "")
+        if mirror.startswith(("http://", "https://")):  # uv's CPython for a base whose distribution lacks the Python
+            args["UV_PYTHON_INSTALL_MIRROR"] = mirror
+        args |= source_build_args(wanted)
+        trusted = plain_http_hosts([args.get("PIP_INDEX_URL", ""), args["PIP_EXTRA_INDEX_URL"], args["TORCH_INDEX_URL"]])
+        if trusted:
+            args["PIP_TRUSTED_HOST"] = " ".join(trusted)
         if wanted.flash_attn is not None:
             args["FLASH_WHEEL_ABI_TRUE"] = wanted.flash_attn.wheel_abi_true
             args["FLASH_WHEEL_ABI_FALSE"] = wanted.flash_attn.wheel_abi_false
         return args
+
+    def check_source_build(self, env: Environment, args: dict[str, str]) -> None:
+        """Refuse, before building, a build from source that cannot work: DS_BUILD_OPS=1 without CUDA, or a
+        base without nvcc (the profile's base_images naming a runtime image) where something compiles CUDA."""
+        from docker.errors import ContainerError, DockerException, ImageNotFound
+
+        wanted = install_set(env, self.sources)
+        why = source_build_refusal(env, wanted)
+        if why is None and wanted.toolkit:
+            base = args["BASE_IMAGE"]
+            try:
+                try:
+                    self.client.images.get(base)
+                except ImageNotFound:
+                    self.client.images.pull(base)
+                probe = ["sh", "-c", "command -v nvcc || test -x /usr/local/cuda/bin/nvcc"]
+                self.client.containers.run(base, probe, remove=True, network_disabled=True, entrypoint=[])
+            except ContainerError:
+                why = f"the base image {base} has no nvcc, which {'; '.join(wanted.toolkit)} needs: use a CUDA devel base (cudnn-devel)"
+            except DockerException:
+                pass  # the engine could not check (no registry to pull the base from): the build's own step says it
+        if why:
+            raise BuildFailed(f"refused before building {env.build_id}: {why}")
 
     def _context(self, env: Environment, folder: Path) -> None:
         """The build context: Dockerfile, probe, CA bundle, and a wheelhouse (the CPU torch, the user's wheels)."""
@@ -276,6 +352,7 @@ class DockerBackend:
                 log.write_text(f"reusing image {tag} ({image.id})\n")
             except ImageNotFound:
                 reused = False
+                self.check_source_build(env, args)
                 image = self._build(folder, tag, args, log)
         facts: dict[str, object] = {
             "tool": "docker",
@@ -290,6 +367,7 @@ class DockerBackend:
             "extra_index_urls": [u for u in [*_http_only(self.settings.extra_index_urls), args["TORCH_INDEX_URL"]] if u],
             "find_links": [],
         }
+        facts["python_from"] = self._python_from(tag)
         if env.flash_attn != "none":  # what the venv backend records: the file, its sha256 and origin, its GPU archs
             facts["flash_attn"] = self._flash_facts(tag)
         return Prepared(python="python", seconds=float(str(facts["seconds"])), reused=reused, facts=facts)
@@ -360,6 +438,18 @@ class DockerBackend:
         finally:
             container.remove(force=True)
 
+    def _python_from(self, tag: str) -> str | None:
+        """How the image got its Python, as its build step recorded it (read back, not predicted); None for an older image."""
+        from docker.errors import NotFound
+
+        container = self.client.containers.create(tag, ["true"], network_disabled=True, user="1000")
+        try:
+            return _file_from(container, PYTHON_RECORD).decode(errors="replace").strip() or None
+        except NotFound:
+            return None
+        finally:
+            container.remove(force=True)
+
     def _freeze(self, tag: str) -> list[str]:
         """The image's `pip freeze`, read until it comes (host/dockerfs.py run_briefly: `containers.run` can return b''
         for a fast container on a loaded engine, which recorded an empty freeze)."""
@@ -420,8 +510,30 @@ class DockerBackend:
         }
         if gpu_ids:  # by UUID: the engine numbers the host's GPUs, which need not be this runner's numbering (a Slurm job's)
             options["device_requests"] = [docker.types.DeviceRequest(device_ids=self.gpus.device_ids(gpu_ids), capabilities=[["gpu"]])]
-            options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
+            if self.memlock_refused is None:
+                options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
         return options
+
+    def _started(self, image: str, command: list[str], options: dict[str, Any]) -> Any:
+        """Create and start a container. An engine that may not lift the locked-memory limit (rootless, or itself in a
+        container without CAP_SYS_RESOURCE: runc's "error setting rlimit type 8") gets the container again with its
+        default limit, once for the run, said in every GPU cell's log: NCCL's pinned buffers may then fail, the cell does not."""
+        from docker.errors import APIError
+
+        settings = {k: v for k, v in options.items() if k != "detach"}
+        container = self.client.containers.create(image, command, **settings)
+        try:
+            container.start()
+            return container
+        except APIError as exc:
+            container.remove(force=True)
+            if "ulimits" not in settings or "rlimit type 8" not in str(exc):
+                raise
+            self.memlock_refused = "the Docker engine may not lift the locked-memory limit (rlimit type 8: rootless or nested): containers keep its default"
+        settings.pop("ulimits")
+        container = self.client.containers.create(image, command, **settings)
+        container.start()
+        return container
 
     def _run_container(
         self, ready: Prepared, cmd: list[str], out: Path, log: Path, *, timeout: float, gpu_ids: list[int], user: str, env: dict[str, str] | None = None
@@ -433,7 +545,7 @@ class DockerBackend:
         options = self._options(user, gpu_ids, {str(out.resolve()): {"bind": "/out", "mode": "rw"}})
         options["environment"] = {**options["environment"], **(env or {})}
         start = time.monotonic()
-        container = self.client.containers.run(str(ready.facts["image"]), cmd, **options)
+        container = self._started(str(ready.facts["image"]), cmd, options)
         with self.lock:
             self.running.add(container)
         timed_out = False
@@ -450,6 +562,8 @@ class DockerBackend:
                     fh.write(chunk)
                 if timed_out:
                     fh.write(f"\n[envmatrix] killed after the {timeout:g} s timeout\n".encode())
+                if gpu_ids and self.memlock_refused:
+                    fh.write(f"\n[envmatrix] {self.memlock_refused}\n".encode())
         finally:
             with self.lock:
                 self.running.discard(container)
@@ -499,7 +613,7 @@ class DockerBackend:
             options["device_requests"] = [docker.types.DeviceRequest(device_ids=self.gpus.device_ids(runner), capabilities=[["gpu"]])]
             options["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
         command = ["python", str(FORKSERVER_IN_IMAGE), "--socket", f"{HELPER_DIR}/helper.sock", "--room", " " * CMDLINE_ROOM]
-        container = self.client.containers.run(image, command, **options)
+        container = self._started(image, command, options)
 
         def stop() -> None:
             with contextlib.suppress(Exception):  # already gone
@@ -562,6 +676,8 @@ class DockerBackend:
                 fh.write(inner.read_bytes())
             if ended.timed_out:
                 fh.write(f"\n[envmatrix] killed after the {timeout:g} s timeout\n".encode())
+            if gpu_ids and self.memlock_refused:
+                fh.write(f"\n[envmatrix] {self.memlock_refused}\n".encode())
         inner.unlink(missing_ok=True)
         if ended.status is None:
             code = 128 + signal.SIGKILL

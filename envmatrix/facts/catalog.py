@@ -79,7 +79,9 @@ DISTRIBUTION_SOURCE = Source(
     "2026-11-25",
 )
 #: The Pythons each base image's distribution ships as packages (`python3.X`, `python3.X-venv`, `-dev`).
-DISTRIBUTION_PYTHONS: dict[str, tuple[str, ...]] = {"ubuntu22.04": ("3.10", "3.11"), "ubuntu24.04": ("3.12",), CPU_BASE_OS: ("3.11",)}
+#: Not ubuntu22.04's python3.11: jammy-updates carries 3.11.0~rc1, a pre-release on which torch's dynamo fails at import
+#: ("Duplicate dispatch rule for <built-in function intern>", seen in the GPU rehearsal 2026-11-28): uv gives 3.11 there.
+DISTRIBUTION_PYTHONS: dict[str, tuple[str, ...]] = {"ubuntu22.04": ("3.10",), "ubuntu24.04": ("3.12",), CPU_BASE_OS: ("3.11",)}
 #: The first CUDA version nvidia/cuda publishes on ubuntu24.04 (before it: ubuntu22.04 only).
 UBUNTU_2404_FROM_CUDA = "12.6"
 #: How an image gets the profile's Python (dockerfiles/steps/python.sh): the distribution's package, or a

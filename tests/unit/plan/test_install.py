@@ -174,6 +174,8 @@ def test_a_python_no_distribution_ships_comes_from_uv() -> None:
 
     assert catalog.base_image_for("12.4", "3.12", toolkit=False) == catalog.BaseImage("nvidia/cuda:12.4.1-runtime-ubuntu22.04", "ubuntu22.04", "uv")
     assert catalog.base_image_for("12.8", "3.12", toolkit=False) == catalog.BaseImage("nvidia/cuda:12.8.1-runtime-ubuntu24.04", "ubuntu24.04", "distribution")
-    devel = catalog.base_image_for("12.8", "3.11", toolkit=True)
+    devel = catalog.base_image_for("12.8", "3.10", toolkit=True)
     assert devel == catalog.BaseImage("nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04", "ubuntu22.04", "distribution")
+    # ubuntu 22.04's python3.11 is 3.11.0~rc1, a pre-release torch's dynamo fails on: uv's CPython instead
+    assert catalog.base_image_for("12.8", "3.11", toolkit=False) == catalog.BaseImage("nvidia/cuda:12.8.1-runtime-ubuntu24.04", "ubuntu24.04", "uv")
     assert catalog.base_image_for("none", "3.11", toolkit=False) == catalog.BaseImage(catalog.CPU_BASE_IMAGE, catalog.CPU_BASE_OS, "distribution")
