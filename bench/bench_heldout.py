@@ -159,11 +159,11 @@ def main() -> int:
         both = score_sides(folder)
         if both:
             strict = [n for n, (ec, ee), (gc, ge) in both if same(gc, ec) and same(ge, ee)]
-            right = [n for n, (ec, ee), (gc, ge) in both if same(gc, ec, own_project=True) and same(ge, ee)]
+            named = [n for n, (ec, ee), (gc, ge) in both if same(gc, ec, own_project=True) and same(ge, ee)]
             strictly = f"{len(strict)} when `your code` does not count for a user's own project"
-            print(f"    caller and callee named, right way round: {len(right)}/{len(both)}; {strictly}")
+            print(f"    caller and callee named, right way round: {len(named)}/{len(both)}; {strictly}")
             for name, (ec, ee), (gc, ge) in both:
-                if name not in right and args.misses:
+                if name not in named and args.misses:
                     print(f"    SIDES {name}: expected {ec} -> {ee}, got {gc or '?'} -> {ge or '?'}")
     return 0
 

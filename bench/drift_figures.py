@@ -21,10 +21,11 @@ def pairs(records: list[Record]) -> list[drift.Comparison]:
     """Every two cells of one key whose environments share torch, transformers, CUDA, GPU and Python."""
     groups: dict[tuple[str, ...], list[Record]] = defaultdict(list)
     for r in records:
-        if not drift.usable(r) or not drift.compared(r) or r.cell.scenario_settings.get("fault") == drift.CONTROL_FAULT:
+        if not drift.usable(r) or not drift.compared(r) or r.fault == drift.CONTROL_FAULT:
             continue
         c = r.cell
-        groups[(*drift.key(r), c.torch, c.transformers, c.cuda, c.gpu, c.python)].append(r)
+        same = (*drift.key(r), c.torch, c.transformers, c.cuda, c.gpu, c.python)
+        groups[same].append(r)
     out = []
     for recs in groups.values():
         for a, b in itertools.combinations(sorted(recs, key=lambda r: r.id), 2):
