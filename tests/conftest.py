@@ -110,3 +110,23 @@ def matrix(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return make
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """tests/gpu on a GPU host whose torch cannot run there (the CPU torch of `nox -s tests`): skipped with the reason,
+    never failed. A GPU-less host is left to the modules' own marks (they say there is no GPU), which pytest reads first."""
+    gpu_dir = Path(__file__).resolve().parent / "gpu"
+    gpu_items = [item for item in items if gpu_dir in Path(str(item.path)).resolve().parents]
+    if not gpu_items:
+        return
+    import importlib.util
+
+    from envmatrix.host.gpus import detect_gpus
+
+    spec = importlib.util.spec_from_file_location("envmatrix_tests_cuda_torch", gpu_dir / "cuda_torch.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    why = module.cuda_torch_problem(detect_gpus().driver)
+    for item in gpu_items if why else ():
+        item.add_marker(pytest.mark.skip(reason=why))

@@ -1,14 +1,12 @@
 """tests/gpu run only where this interpreter's torch is a CUDA build the driver runs: on a GPU host whose
 test venv has the CPU torch (`nox -s tests`), every test here is skipped with the reason, never failed.
-`nox -s gpu-tests` installs the CUDA torch the host's driver supports and runs them."""
+`nox -s gpu-tests` installs the CUDA torch the host's driver supports and runs them. tests/conftest.py applies it
+(a conftest.py here would shadow the root one's `from conftest import ...` for every test collected after it)."""
 
 from __future__ import annotations
 
 import importlib.util
 
-import pytest
-
-from envmatrix.host.gpus import detect_gpus
 from envmatrix.plan.eligibility import driver_too_old
 
 HOW = "run them with nox -s gpu-tests (it installs the CUDA torch this host's driver supports)"
@@ -27,11 +25,3 @@ def cuda_torch_problem(driver: str | None) -> str | None:
     if driver is not None and (old := driver_too_old(cuda, driver)):
         return f"torch {torch.__version__}: {old}; {HOW}"
     return None
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _cuda_torch() -> None:
-    """Skip every GPU test when torch here cannot run on this host's GPU (the module marks skip GPU-less hosts first)."""
-    why = cuda_torch_problem(detect_gpus().driver)
-    if why:
-        pytest.skip(why)
