@@ -51,10 +51,10 @@ _WRAPPER = re.compile(
 _CONSTRUCTORS = ("__init__", "__new__", "__post_init__")
 #: A call on a source line: the dotted name before `(`.
 _CALL = re.compile(r"(?P<name>[A-Za-z_][\w.]*)\(")
+#: A package a range message names as the one needing another (`trl requires transformers>=4.46`).
+_REQUIRER = re.compile(r"(?P<who>[A-Za-z][\w.-]*) (?:requires|needs|depends on)\b")
 #: Folders that hold a project's scripts rather than name the project (`open-r1/scripts/`, `Liger-Kernel/examples/`).
-_GENERIC_DIRS = frozenset(
-    {"examples", "example", "scripts", "script", "tools", "benchmarks", "benchmark", "bin", "src", "huggingface", "training", "train", "code", "app"}
-)
+_GENERIC_DIRS = frozenset({"examples", "example", "scripts", "script", "tools", "benchmarks", "benchmark", "bin", "src", "training", "train"})
 
 
 @dataclass(frozen=True)
@@ -117,9 +117,8 @@ def project_of(path: str) -> str:
         name = parts[parts.index("src") - 1]
     else:
         folders = parts[:-1]
-        while folders and folders[-1].lower() in _GENERIC_DIRS:
-            folders.pop()
-        name = folders[-1] if folders else ""
+        at = next((i for i, f in enumerate(folders) if i > 0 and f.lower() in _GENERIC_DIRS), len(folders))
+        name = folders[at - 1] if at else ""
     return re.sub(r"-(?:main|master)$", "", name) if re.fullmatch(r"[\w.+-]{2,80}", name) else ""
 
 
@@ -257,8 +256,9 @@ def _range(raised: Raised) -> Boundary | None:
     callee = module_owner(stated.package.split("[")[0]) or canonical(stated.package)
     frames = [f for f in raised.frames if not _looked_through(f)]
     outside = [(f, _dist(f)) for f in reversed(frames) if _dist(f) and _dist(f) != callee]
-    if stated.said_by and canonical(stated.said_by) != callee:
-        caller, why = canonical(stated.said_by), f"the message says {stated.said_by} needs it"
+    who = stated.said_by or next((m.group("who") for m in _REQUIRER.finditer(raised.value.split("\n", 1)[0]) if _known(m.group("who"))), "")
+    if who and module_owner(who) != callee:
+        caller, why = module_owner(who), f"the message says {who} needs it"
     elif outside:
         caller, why = outside[0][1], f"{outside[0][0].where()} states the range it needs"
     else:
