@@ -49,6 +49,7 @@ _WRAPPER = re.compile(
 )
 #: `X.__init__()` printed without its class (Python <= 3.9): the class is the one the source line constructs.
 _CONSTRUCTORS = ("__init__", "__new__", "__post_init__")
+MAX_SOURCE = 400
 #: A call on a source line: the dotted name before `(`.
 _CALL = re.compile(r"(?P<name>[A-Za-z_][\w.]*)\(")
 #: A package a range message names as the one needing another (`trl requires transformers>=4.46`).
@@ -169,6 +170,7 @@ def constructed(source: str, member: str = "") -> tuple[str, tuple[str, ...]]:
     """The class a source line constructs (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))` →
     AsyncEngineArgs), for a message that names `__init__()` without its class; ('', the candidates) where the line
     constructs several (the one whose parentheses hold `member=`, when one does) or none."""
+    source = source[:MAX_SOURCE]  # bounded: each call's parentheses are matched by a walk along the line
     calls = []  # (name, start, end of its parentheses)
     for m in _CALL.finditer(source):
         depth, end = 0, len(source)
