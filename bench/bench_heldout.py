@@ -80,10 +80,10 @@ def same(said: str, expected: str, *, own_project: bool = False) -> bool:
     distribution the name index knows (a project run from its own checkout: the log shows a path, not a package)."""
     names = {canonical(n.strip()) for n in expected.split("(")[0].replace(" or ", "/").replace(",", "/").split("/") if n.strip()}
     names |= {"your-code"} if names & {"user", "user-code", "your-code", "script"} else set()
-    project, _, mine = said.partition(" (your code)")
-    if mine == "" and _ == " (your code)" and canonical(project) in names:
-        return True  # the user's project, named as the reader named it
-    said = "your code" if _ else said
+    if said.endswith(" (your code)"):  # the user's project, named by its path
+        if canonical(said.removesuffix(" (your code)")) in names:
+            return True
+        said = "your code"
     if own_project and said == "your code" and names and not names & (set(index().releases) | {canonical(n) for n in STACK}):
         return True
     return canonical(said or "-") in names or (not said and not names)
