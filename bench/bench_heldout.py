@@ -71,7 +71,7 @@ def boundary(scan: LogScan) -> tuple[str, str]:
     crossed = of_scan(scan, judged, {}) if judged is not None else None
     if crossed is None:
         return "", ""
-    return ("your code" if crossed.caller == "user" else crossed.caller), crossed.callee
+    return crossed.who, crossed.callee  # `open-r1 (your code)` where the frames' paths name the user's project
 
 
 def same(said: str, expected: str, *, own_project: bool = False) -> bool:
@@ -80,6 +80,10 @@ def same(said: str, expected: str, *, own_project: bool = False) -> bool:
     distribution the name index knows (a project run from its own checkout: the log shows a path, not a package)."""
     names = {canonical(n.strip()) for n in expected.split("(")[0].replace(" or ", "/").replace(",", "/").split("/") if n.strip()}
     names |= {"your-code"} if names & {"user", "user-code", "your-code", "script"} else set()
+    if said.endswith(" (your code)"):  # the user's project, named by its path
+        if canonical(said.removesuffix(" (your code)")) in names:
+            return True
+        said = "your code"
     if own_project and said == "your code" and names and not names & (set(index().releases) | {canonical(n) for n in STACK}):
         return True
     return canonical(said or "-") in names or (not said and not names)

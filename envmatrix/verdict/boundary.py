@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..facts.modules import STACK
-from ..facts.nameindex import Resolved, canonical, index, module_owner, resolve
+from ..facts.nameindex import Resolved, canonical, definers, index, module_owner, resolve
 from .tracebacks import Frame, Raised
 
 _KEYWORD = re.compile(
@@ -40,6 +40,22 @@ _IMPORT = re.compile(r"cannot import name '?(?P<member>\w+)'? from '?(?P<mod>[A-
 _SUBMODULE = re.compile(r"^No module named '?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)'?")
 #: Functions that answer for another: an attribute one refuses was asked for by the frame that called it.
 _ACCESSORS = frozenset({"__getattr__", "__getattribute__", "_getattr", "getattr"})
+#: A library's generic wrapper: a decorator's inner function (`deprecation.wrapped_func`, `functools.wraps` wrappers,
+#: huggingface_hub's `_inner_fn`), a hook or a module dispatcher (torch's `_call_impl`, accelerate's `new_forward`) passes
+#: `*args, **kwargs` on for whoever called it: that one is the caller.
+_WRAPPER = re.compile(
+    r"_?(?:wrap(?:per|ped)?(?:_\w+)?|\w*_wrapper|wrapped_\w+|inner(?:_\w+)?|_inner_fn|inner_f|decorat\w*|new_func|new_forward"
+    r"|_fn|_call_impl|_wrapped_call_impl|\w*hook\w*)"
+)
+#: `X.__init__()` printed without its class (Python <= 3.9): the class is the one the source line constructs.
+_CONSTRUCTORS = ("__init__", "__new__", "__post_init__")
+MAX_SOURCE = 400
+#: A call on a source line: the dotted name before `(`.
+_CALL = re.compile(r"(?P<name>[A-Za-z_][\w.]*)\(")
+#: A package a range message names as the one needing another (`trl requires transformers>=4.46`).
+_REQUIRER = re.compile(r"(?P<who>[A-Za-z][\w.-]*) (?:requires|needs|depends on)\b")
+#: Folders that hold a project's scripts rather than name the project (`open-r1/scripts/`, `Liger-Kernel/examples/`).
+_GENERIC_DIRS = frozenset({"examples", "example", "scripts", "script", "tools", "benchmarks", "benchmark", "bin", "src", "training", "train"})
 
 
 @dataclass(frozen=True)
@@ -55,11 +71,18 @@ class Boundary:
     callee: str
     callee_reason: str
     candidates: tuple[str, ...] = ()
+    project: str = ""  # the user's project, where the caller is the user's code and its frames' paths name it
 
     @property
     def own(self) -> bool:
         """The callee's own code called it: a package's own failure, not two releases that do not go together."""
         return bool(self.callee) and self.caller == self.callee
+
+    @property
+    def indexed(self) -> bool:
+        """A release of the callee the name index read defines the name imported (or the member asked for): it exists in
+        some release, so the installed one is another release, not a package that never had it."""
+        return bool(self.callee) and bool(self.member) and self.callee in definers(self.member)
 
     @property
     def crossed(self) -> bool:
@@ -70,15 +93,34 @@ class Boundary:
             "kind": self.kind,
             "name": self.name,
             "member": self.member or None,
-            "caller": _who(self.caller) or None,
+            "caller": self.who or None,
             "caller_reason": self.caller_reason,
             "callee": self.callee or None,
             "callee_reason": self.callee_reason,
         }
 
+    @property
+    def who(self) -> str:
+        """The caller as a sentence names it: `open-r1 (your code)` for the user's own project, else its distribution."""
+        if self.caller != "user":
+            return self.caller
+        return f"{self.project} (your code)" if self.project else "your code"
 
-def _who(name: str) -> str:
-    return "your code" if name == "user" else name
+
+def project_of(path: str) -> str:
+    """The user's project a frame's file belongs to, by its path ('' where the path names none): the folder above `src/`
+    (`/workspace/open-r1/src/open_r1/grpo.py` → open-r1), else the script's folder, looked up past folders that only hold
+    scripts (`/home/Liger-Kernel-main/examples/huggingface/training.py` → Liger-Kernel)."""
+    parts = [p for p in re.split(r"[/\\]+", path) if p and p not in (".", "..", "~")]
+    if len(parts) < 2 or path.startswith("<"):
+        return ""
+    if "src" in parts[:-1] and parts.index("src") > 0:
+        name = parts[parts.index("src") - 1]
+    else:
+        folders = parts[:-1]
+        at = next((i for i, f in enumerate(folders) if i > 0 and f.lower() in _GENERIC_DIRS), len(folders))
+        name = folders[at - 1] if at else ""
+    return re.sub(r"-(?:main|master)$", "", name) if re.fullmatch(r"[\w.+-]{2,80}", name) else ""
 
 
 def _dist(frame: Frame) -> str:
@@ -87,7 +129,9 @@ def _dist(frame: Frame) -> str:
 
 
 def _looked_through(frame: Frame) -> bool:
-    return frame.package == "python" or frame.function in _ACCESSORS or frame.path.startswith("<frozen")
+    if frame.package == "python" or frame.function in _ACCESSORS or frame.path.startswith(("<frozen", "<string>")):
+        return True
+    return bool(frame.package) and _WRAPPER.fullmatch(frame.function) is not None  # a library's wrapper, not the user's
 
 
 def _called(raised: Raised) -> tuple[str, str, str, str] | None:
@@ -122,11 +166,35 @@ def _owner(name: str) -> str:
     return parts[0] if parts else ""
 
 
+def constructed(source: str, member: str = "") -> tuple[str, tuple[str, ...]]:
+    """The class a source line constructs (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))` →
+    AsyncEngineArgs), for a message that names `__init__()` without its class; ('', the candidates) where the line
+    constructs several (the one whose parentheses hold `member=`, when one does) or none."""
+    source = source[:MAX_SOURCE]  # bounded: each call's parentheses are matched by a walk along the line
+    calls = []  # (name, start, end of its parentheses)
+    for m in _CALL.finditer(source):
+        depth, end = 0, len(source)
+        for i in range(m.end() - 1, len(source)):
+            depth += {"(": 1, ")": -1}.get(source[i], 0)
+            if depth == 0:
+                end = i
+                break
+        calls.append((m.group("name").rsplit(".", 1)[-1], m.end(), end))
+    classes = [c for c in calls if c[0][:1].isupper()]
+    if member and (kw := re.search(rf"\b{re.escape(member)}\s*=(?!=)", source)):
+        holding = [c for c in calls if c[1] <= kw.start() <= c[2]]
+        if holding:
+            name = max(holding, key=lambda c: c[1])[0]
+            return (name, (name,)) if name[:1].isupper() else ("", (name,))
+    names = tuple(dict.fromkeys(c[0] for c in classes))
+    return (names[0], names) if len(names) == 1 else ("", names)
+
+
 def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), around: Iterable[str] = ()) -> Boundary | None:
-    """The boundary an exception was raised at, or None when its message names no call, attribute or import."""
+    """The boundary an exception was raised at, or None when its message names no call, attribute, import or range."""
     called = _called(raised)
     if called is None:
-        return None
+        return _range(raised)
     kind, name, member, module = called
     frames = [f for f in raised.frames if not _looked_through(f)]
     dists = [_dist(f) for f in frames]
@@ -139,14 +207,65 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
             resolved = Resolved("", f"{module} is no installed package's module the name index knows (the user's own, perhaps)")
     else:
         owner = _owner(name)
+        if owner in _CONSTRUCTORS:  # Python <= 3.9: `__init__()` without its class; the source line names what it built
+            owner, options = constructed(raised.source, member)
+            name = f"{owner}.{name}" if owner else name
+            if not owner:
+                said = f"the source line constructs {', '.join(options)}" if options else "no source line names the class"
+                resolved = Resolved("", f"{name}() is printed without its class and {said}: ambiguous", options)
         asker = _caller(kind, frames, dists, "")[0]
         near = [*dists, *around]
-        resolved = resolve(owner, caller=asker, installed=installed, around=near) if owner else Resolved("", f"{name} names no class or function")
+        if owner:
+            resolved = resolve(owner, caller=asker, installed=installed, around=near)
+            if not resolved.dist and not resolved.candidates and kind == "attribute" and asker in ("", "user"):
+                resolved = _subclassed(owner, frames, dists) or resolved
+        elif _owner(name) not in _CONSTRUCTORS:
+            resolved = Resolved("", f"{name} names no class or function")
     callee = resolved.dist
     caller, caller_reason = _caller(kind, frames, dists, callee)
     if caller == callee and raised.headless and kind != "attribute":  # an attribute's asker is printed; a call's may be cut
         caller, caller_reason = "", f"every frame printed is {callee}'s own code, and the excerpt starts after the caller's frames"
-    return Boundary(kind, name, member, caller, caller_reason, callee, resolved.reason, resolved.candidates)
+    return Boundary(kind, name, member, caller, caller_reason, callee, resolved.reason, resolved.candidates, _project(caller, frames, dists))
+
+
+def _project(caller: str, frames: list[Frame], dists: list[str]) -> str:
+    """The user's project where the caller is the user's code: named by the innermost user frame's path."""
+    if caller != "user":
+        return ""
+    return next((project_of(f.path) for f, d in zip(reversed(frames), reversed(dists), strict=True) if not d), "")
+
+
+def _subclassed(owner: str, frames: list[Frame], dists: list[str]) -> Resolved | None:
+    """A class of the user's own (in no index) asked for an attribute by the user's code: a subclass of a library's class
+    (`'OurTrainer' object has no attribute 'deepspeed'`); that library is the one whose frame called into the user's
+    methods (Trainer.train → the user's `_inner_training_loop`), where one did."""
+    for i in range(len(frames) - 1, 0, -1):
+        if not dists[i] and dists[i - 1]:
+            outer = frames[i - 1]
+            return Resolved(dists[i - 1], f"{owner} is the user's own class; {outer.where()} called into its methods, so it subclasses {dists[i - 1]}'s")
+    return None
+
+
+def _range(raised: Raised) -> Boundary | None:
+    """A range statement (`deepspeed>=0.9.3 is required … but found deepspeed==0.8.3`, `trl requires transformers>=4.46`):
+    the callee is the package required, the caller the one requiring it (named in the message, else the library whose
+    frame raised it)."""
+    from .evidence import read_range  # evidence quotes boundaries: imported here, when first asked
+
+    stated = read_range(raised.value.split("\n", 1)[0])
+    if stated is None:
+        return None
+    callee = module_owner(stated.package.split("[")[0]) or canonical(stated.package)
+    frames = [f for f in raised.frames if not _looked_through(f)]
+    outside = [(f, _dist(f)) for f in reversed(frames) if _dist(f) and _dist(f) != callee]
+    who = stated.said_by or next((m.group("who") for m in _REQUIRER.finditer(raised.value.split("\n", 1)[0]) if _known(m.group("who"))), "")
+    if who and module_owner(who) != callee:
+        caller, why = module_owner(who), f"the message says {who} needs it"
+    elif outside:
+        caller, why = outside[0][1], f"{outside[0][0].where()} states the range it needs"
+    else:
+        caller, why = "", "the message does not say which package needs it, and no library frame is printed"
+    return Boundary("range", stated.package, stated.needed, caller, why, callee, f"the message names {stated.package} as the package needed")
 
 
 def _caller(kind: str, frames: list[Frame], dists: list[str], callee: str) -> tuple[str, str]:

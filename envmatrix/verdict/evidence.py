@@ -108,8 +108,8 @@ def _across(raised: Raised) -> str:
     crossed = boundary.of(raised)
     if crossed is None or not crossed.crossed:
         return ""
-    caller = "your code" if crossed.caller == "user" else crossed.caller
-    verb = {"attribute": "asks", "import_name": "imports from", "submodule": "imports from"}.get(crossed.kind, "calls")
+    caller = crossed.who
+    verb = {"attribute": "asks", "import_name": "imports from", "submodule": "imports from", "range": "requires"}.get(crossed.kind, "calls")
     return f"caller {caller}, callee {crossed.callee}: {caller} {verb} {crossed.callee}"
 
 

@@ -186,7 +186,7 @@ _GEN: dict[str, bytes] = {
 #: end, a rich frame (`config.py:891 in _batch_assertion`). What it finds is read by tracebacks.py, a region at a time.
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
-    rb"|terminate called after throwing an instance of"
+    rb"|terminate called after throwing an instance of|cannot import name '?\w+'? from '?[A-Za-z_]"
     rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
     rb"|\.py:\d+ in \w+|\.py: *" + "│".encode() + rb"|\.py\\?\", line \d+|\.py\]?(?:\([^)\n]{0,200}\))? in [\w<]"
@@ -406,6 +406,8 @@ class _Scanner:
                 start = _line_start(buf, m.start())
                 if buf.startswith(b"Traceback", m.start()):
                     self._announced(buf, start, line_no(start))
+                else:
+                    self._code_above(buf, start, line_no(start))
                 _, read_to = self.region(buf, start, line_no(start))
                 self.struct_left -= read_to - start
                 done_to["struct"] = max(read_to, pos)  # what was read is not read again
@@ -469,6 +471,18 @@ class _Scanner:
                     self.reader.announce(logical, line_no - back)
                 return
             end = lo - 1
+
+    def _code_above(self, buf: bytes, start: int, line_no: int) -> None:
+        """Hand the reader the line just above an exception line printed without its frame: where it is a line of code
+        (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))`), it is the source line that
+        raised, and it names what was called."""
+        end = start - 1
+        if end <= 0:
+            return
+        lo = _line_start(buf, end)
+        raw = _ANSI.sub(b"", buf[max(lo, end - MAX_LINE) : end]).decode("utf-8", "replace").rstrip("\r")
+        if raw.strip():
+            self.reader.code_above(clean(raw), line_no - 1)
 
     def region(self, buf: bytes, start: int, line_no: int) -> tuple[int, int]:
         """Read the lines from `start` as structure until REGION_GAP lines in a row are not part of a traceback (or

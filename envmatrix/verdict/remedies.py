@@ -50,9 +50,11 @@ def of_scan(scan: LogScan, judged: Judged, installed: Mapping[str, str]) -> Boun
     return boundary_of(judged.raised, installed=installed, around=around)
 
 
-def _side(name: str, versions: Mapping[str, str]) -> str:
+def _side(b: Boundary, versions: Mapping[str, str]) -> str:
+    """The caller as the sentence names it: `open-r1 (your code)`, `trl 0.19.1`, `trl`, or `the calling code`."""
+    name = b.caller
     if name == "user":
-        return "your code"
+        return b.who
     return f"{name} {versions[name]}" if name in versions else name or "the calling code"
 
 
@@ -68,8 +70,8 @@ def sentence(b: Boundary, versions: Mapping[str, str], first_bad: str | None = N
     """`trl 0.19.1 asks transformers' Qwen2ForCausalLM for `warnings_issued`, which transformers no longer has from 5.1.0:
     pin transformers < 5.1.0 or move trl to a release written for it`. `versions`: the environment's, where known;
     `first_bad`: the callee's first release that fails (bisect's), where known."""
-    caller = _side(b.caller, versions)
-    who = "your code" if b.caller == "user" else b.caller or "the calling code"
+    caller = _side(b, versions)
+    who = b.who or "the calling code"
     if b.kind in ("import_name", "submodule"):
         owner = b.name
     elif b.callee:
@@ -86,10 +88,13 @@ def sentence(b: Boundary, versions: Mapping[str, str], first_bad: str | None = N
             ask, verb = f"{caller} calls {owner}{call} with arguments", "takes"
         case "import_name":
             ask, verb = f"{caller} imports `{b.member}` from {owner}", "has"
+        case "range":
+            ask, verb = f"{caller} needs {b.name}{b.member}", "has"
         case _:
             ask, verb = f"{caller} imports the module {b.member}", "has"
     if not b.callee:
-        fix = f"install the release of the package that defines {b.name} that {who} was written for, or move {who} to a release written for the installed one"
+        move = f"update {who} to" if b.caller == "user" else f"move {who} to a release written for"
+        fix = f"install the release of the package that defines {b.name} that {who} was written for, or {move} the installed one"
         return f"{ask}, which the installed release does not {_BASE[verb]}: {fix}"
     callee = b.callee
     if first_bad:
@@ -100,7 +105,7 @@ def sentence(b: Boundary, versions: Mapping[str, str], first_bad: str | None = N
         lack = f"which {installed} does not {_BASE[verb]}"
         fix = (
             f"install the {callee} release {who} was written for, or "
-            + (f"update your code to the installed {callee}" if b.caller == "user" else f"move {who} to a release written for the installed {callee}")
+            + (f"update {who} to the installed {callee}" if b.caller == "user" else f"move {who} to a release written for the installed {callee}")
             + " (its changelog or requirements name the range)"
         )
     return f"{ask}, {lack}: {fix}"

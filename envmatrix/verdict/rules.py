@@ -16,7 +16,9 @@ list of distribution names (`''` for the user's own code). `{name}` in a value i
 - `error.ignored`  `yes` for an exception printed while Python tore down (`Exception ignored in`)
 - `error.stack`    `none` (no frames printed), `user` (frames of the user's code and Python's only), `package`
 - `error.boundary` the call boundary the message names (boundary.py): `crossed` (one distribution called another), `own`
-                   (a package's own code called itself), `unknown` (a side the log does not say), `none` (no call named)
+                   (a package's own code called itself), `unknown` (a side the log does not say), `none` (no call named);
+                   also `indexed` where the name index says a release of the callee defines the name (`cannot import name`)
+- `error.bare`     `yes` for an exception's message printed alone, without its type (`cannot import name 'X' from 'trl'`)
 - `frame.package`, `frame.module`, `frame.function`, `frame.path`: any frame
 
 The outcome `@code` means "the outcome of the code the message names"; an outcome written `name?` is a fallback, used only
@@ -92,6 +94,10 @@ VOCABULARY: dict[str, Callable[[], str]] = {
         r"|memory allocation (?:of [\d,]+ bytes )?failed|(?:kv cache|cache blocks)[^\n]{0,80}(?:too small|not enough|insufficient|exceed|larger than)"
         r"|(?:larger|more) than[^\n]{0,80}(?:kv cache|cache blocks|available memory)|free memory[^\n]{0,160}(?:less than|lower than)"
     ),
+    "possible_causes": lambda: r"(?:potential|possible) (?:root )?causes?\b|(?:may|might|could) (?:have )?been (?:killed|caused)",
+    "memory_figures": lambda: (
+        r"running low on memory|memory usage threshold|memory on the node[^\n]{0,80}\d|\d+(?:\.\d+)?\s?[GM]i?B\s?/\s?\d+(?:\.\d+)?\s?[GM]i?B"
+    ),
     "driver_old": lambda: (
         r"driver[^\n]{0,80}(?:too old|is insufficient|older than|not supported|mismatch|requires? (?:a )?newer|update (?:your|the))"
         r"|(?:unsupported|newer) (?:ptx )?toolchain|requires? a newer (?:cuda |nvidia )?driver"
@@ -162,7 +168,10 @@ def _values(key: str, raised: Raised) -> list[str]:
             return [c.outcome for c in codes] + [c.name for c in codes]
         case "error.boundary":
             crossed = boundary.of(raised)
-            return ["none" if crossed is None else "own" if crossed.own else "crossed" if crossed.crossed else "unknown"]
+            side = "none" if crossed is None else "own" if crossed.own else "crossed" if crossed.crossed else "unknown"
+            return [side, "indexed"] if crossed is not None and crossed.indexed else [side]
+        case "error.bare":
+            return ["yes" if raised.bare else "no"]
         case "error.ignored":
             return ["yes" if raised.ignored else "no"]
         case "error.stack":
@@ -179,7 +188,7 @@ def _values(key: str, raised: Raised) -> list[str]:
 
 
 KEYS = (
-    "error.type", "error.value", "error.package", "error.module", "error.caller", "error.code", "error.ignored", "error.stack", "error.boundary",
+    "error.type", "error.value", "error.package", "error.module", "error.caller", "error.code", "error.ignored", "error.stack", "error.boundary", "error.bare",
     "frame.package", "frame.module", "frame.function", "frame.path",
 )  # fmt: skip
 _CASELESS = ("error.value", "frame.path")

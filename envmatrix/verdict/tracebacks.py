@@ -51,6 +51,12 @@ _IGNORED = "Exception ignored in"
 _GLUED = re.compile(r"(?<=[)\]'\"])(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{0,80}(?:Error|Exception))(?::\s?(?P<value>.*))?$")
 #: A frame's source line that raises: what a traceback cut before its exception line was about to print.
 _RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.*)$")
+#: Python's ImportError message printed alone (no type, no traceback: a launcher or a user's quote kept only the message):
+#: it is that ImportError, marked `bare`.
+_BARE_IMPORT = re.compile(r"cannot import name '?\w+'? from '?[A-Za-z_][\w.]*'?(?:\s*\([^)\n]*\))?\s*$")
+#: A line of code (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))`): what a frame's source
+#: line looks like when an excerpt kept it without its `File` line.
+_CODE = re.compile(r"^[\w.\[\]]+\s*(?:=|\()|^(?:return|yield|await)\s+\w")
 #: A progress bar (tqdm's): drawn between lines, never part of a message.
 PROGRESS = re.compile(r"^\d{1,3}%\||\d(?:it/s|s/it)[\],]")
 #: A C++ exception that ended the process (`terminate called after throwing an instance of 'c10::DistBackendError'`), its
@@ -94,6 +100,8 @@ class Raised:
     truncated: bool = False
     cause: Raised | None = None
     headless: bool = False  # its frames began without the `Traceback` header: outer frames may be cut from the excerpt
+    source: str = ""  # the source line printed under its last frame (or right above it, where no frame was kept)
+    bare: bool = False  # the message alone, without its type (`cannot import name 'X' from 'trl'`)
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -204,6 +212,7 @@ class _Stream:
     announced: tuple[str, int] | None = None  # an ERROR record printed just before the traceback: its text and line
     ipython: bool = False  # the traceback is IPython's (numbered source lines under each frame)
     headless: bool = False  # frames read without a `Traceback` header before them
+    code: tuple[str, int] | None = None  # the last line read that looks like code, not consumed otherwise, and its number
 
 
 class Reader:
@@ -268,7 +277,7 @@ class Reader:
         if st.ipython and st.in_traceback and (m := _IPYTHON_SOURCE.match(text)):
             if m.group("arrow"):
                 st.source = m.group("source").strip()
-            return True
+            return True  # (an IPython source line)
         if ".py:" in text and (rich := _RICH.search(text)) and ("/" in rich.group("path") or "\\" in rich.group("path")):
             if rich.group("func"):
                 self._frame(st, frame_of(rich.group("path"), int(rich.group("line") or 0) or None, rich.group("func")))
@@ -289,6 +298,10 @@ class Reader:
         if glued := _GLUED.search(text):
             self._raise(st, glued, glued.group(0), line_no, logical.stream, logical.logged)
             return True
+        if text.startswith("cannot import name") and _BARE_IMPORT.match(text):
+            self._emit(st, Raised("ImportError", text[:MAX_VALUE], (), line_no, text[:400], logical.stream, bare=True))
+            st.value_lines, st.logged = 0, logical.logged
+            return True
         if text.startswith(("^", "~")) or set(text) <= set("^~ "):
             return True  # the carets under a source line
         if st.last is not None and 0 < st.value_lines < MAX_VALUE_LINES and logical.logged == st.logged:
@@ -299,7 +312,14 @@ class Reader:
             self._replace(last, st.last)
             self.message_at = (stream, line_no)
             return True
+        self.code_above(logical, line_no)
         return False
+
+    def code_above(self, logical: Logical, line_no: int) -> None:
+        """A line that looks like code and was read as nothing else: the source line of an exception printed right under
+        it without its frame (an excerpt that kept two lines)."""
+        if logical.indent >= 2 and "(" in logical.text and _CODE.match(logical.text):
+            self.streams.setdefault(logical.stream, _Stream()).code = (logical.text, line_no)
 
     def _wrapped(self, logical: Logical, line_no: int) -> str | None:
         """The stream whose message this line goes on with, when a terminal wrapped it: a line starting in lower case right
@@ -337,10 +357,11 @@ class Reader:
                     self._replace(last, st.last)
             else:
                 st.frames.append(frame)
-        st.after_frame = st.fatal is None
+        st.after_frame, st.source = st.fatal is None, ""
 
     def _raise(self, st: _Stream, m: re.Match[str], text: str, line_no: int, stream: str, logged: bool) -> None:
         cause = st.last if st.cause_next else None
+        source = st.source if st.frames else st.code[0] if st.code is not None and st.code[1] == line_no - 1 else ""
         if not st.frames and stream and (cut := self.streams.get("")) is not None and cut.frames and cut.in_traceback and 0 < line_no - cut.frame_line <= 3:
             st.frames, cut.frames, cut.in_traceback, st.headless = cut.frames, [], False, True  # a cut frame line that lost its rank's prefix
         raised = Raised(
@@ -354,9 +375,10 @@ class Reader:
             ignored=st.ignored_next,
             cause=cause,
             headless=st.headless,
+            source=source,
         )
         st.frames, st.in_traceback, st.after_frame, st.cause_next, st.ignored_next, st.ipython = [], False, False, False, False, False
-        st.announced = None
+        st.announced, st.source, st.code = None, "", None
         self._emit(st, raised)
         st.value_lines, st.logged = 1, logged
         self.message_at = (stream, line_no)
