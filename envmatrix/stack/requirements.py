@@ -196,17 +196,7 @@ class _Reader:
                 self.stack.note(f"{where}: {name}=={version} is only a constraint (nothing this file installs requires it): not an axis", name)
 
     def _required(self) -> set[str]:
-        """The packages the pinned ones require, as their releases' metadata says (envmatrix/facts/pkgconstraints.json)."""
-        known = pkgconstraints.releases()
-        out: set[str] = set()
-        for pin in self.stack.pins.values():
-            release = known.get((pin.name, pin.version))
-            for line in release.requires if release is not None else ():
-                try:
-                    out.add(canonicalize_name(Requirement(line).name))
-                except InvalidRequirement:
-                    continue
-        return out
+        return required_by_pins(self.stack)
 
     def option(self, path: Path, where: str, line: str, depth: int) -> None:
         try:
@@ -258,3 +248,18 @@ def read_requirements(path: Path) -> Stack:
     reader.read(path)
     reader.finish()
     return stack
+
+
+def required_by_pins(stack: Stack) -> set[str]:
+    """The packages the pinned ones require, as their releases' metadata says (envmatrix/facts/pkgconstraints.json):
+    any release of them may come (init's reader and check both ask)."""
+    known = pkgconstraints.releases()
+    out: set[str] = set()
+    for pin in stack.pins.values():
+        release = known.get((pin.name, pin.version))
+        for line in release.requires if release is not None else ():
+            try:
+                out.add(canonicalize_name(Requirement(line).name))
+            except InvalidRequirement:
+                continue
+    return out

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..facts.modules import STACK
 from ..facts.nameindex import Resolved, canonical, definers, index, module_owner, resolve
+from .ranges import read_range
 from .tracebacks import Frame, Raised
 
 _KEYWORD = re.compile(
@@ -250,7 +251,6 @@ def _range(raised: Raised) -> Boundary | None:
     """A range statement (`deepspeed>=0.9.3 is required … but found deepspeed==0.8.3`, `trl requires transformers>=4.46`):
     the callee is the package required, the caller the one requiring it (named in the message, else the library whose
     frame raised it)."""
-    from .evidence import read_range  # evidence quotes boundaries: imported here, when first asked
 
     stated = read_range(raised.value.split("\n", 1)[0])
     if stated is None:

@@ -6,78 +6,14 @@ Pure functions over a LogScan (logscan.py) and the rules' judgements (rules.py).
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Any
 
 from ..facts import enginefailures, errorcodes
 from . import boundary
 from .logscan import LogScan
+from .ranges import Range, read_range
 from .rules import Judged
 from .tracebacks import Raised, looked_through
-
-#: A package's statement of what it needs and what it found, in the forms packages print it: pip's resolver (`trl 0.19.1
-#: requires transformers>=4.46.0, but you have transformers 4.44.2`), transformers' dependency check (`huggingface-hub>=0.34.0,
-#: <1.0 is required for a normal functioning of this module, but found huggingface-hub==1.2.3`), a trainer's range (`supports
-#: vLLM versions from 0.22.0 to 0.31.0. You have 0.32.0`), and the plain `requires X>=N ... but ... N`.
-_RANGES = (
-    re.compile(
-        r"(?P<who>[\w.-]+) v?[\d.]+\w* requires (?P<pkg>[\w.-]+)(?P<spec>[<>=!~]=?[^,\s]+(?:,[<>=!~]=?[^,\s]+)*), "
-        r"but you have (?:[\w.-]+ )?(?P<found>v?\d[\w.+]*)"
-    ),
-    re.compile(
-        r"(?P<pkg>[\w.-]+)\s*(?P<spec>[<>=!~]=?\s*\d[\w.*]*(?:\s*,\s*[<>=!~]=?\s*\d[\w.*]*)*)\s+(?:is|are)\s+required\b"
-        r".{0,200}?\bbut\s+(?:found|got|you have)\s+(?:[\w.-]+\s*={1,2}\s*)?(?P<found>v?\d[\w.+]*)",
-        re.I,
-    ),
-    re.compile(
-        r"(?:(?P<who>[\w.-]+)\s+(?:currently\s+)?(?:only\s+)?)?supports?\s+(?P<pkg>[\w.-]+)\s+versions?\s+(?:from\s+)?(?P<lo>v?\d[\w.]*)\s+(?:to|through|-)\s+(?P<hi>v?\d[\w.]*)"
-        r".{0,120}?(?:you have|found|installed)\s+(?:version\s+)?(?P<found>v?\d[\w.+]*)",
-        re.I,
-    ),
-    re.compile(
-        r"(?:(?P<who>[\w.-]+)\s+(?:currently\s+)?(?:only\s+)?)?supports?\s+(?P<pkg>[\w.-]+)\s+versions?:?\s+`?(?P<list>v?\d[\w.]*(?:`?,\s*`?v?\d[\w.]*)*)`?"
-        r".{0,80}?(?:you have|found|installed)\s+(?:version\s+)?(?P<found>v?\d[\w.+]*)",
-        re.I,
-    ),
-    re.compile(
-        r"requires?\s+(?P<pkg>[A-Za-z][\w.-]*)\s*(?P<spec>[<>=!~]=?\s*\d[\w.*]*(?:\s*,\s*[<>=!~]=?\s*\d[\w.*]*)*)"
-        r".{0,160}?\b(?:but|you have|found|installed)\b.{0,60}?(?P<found>\d+\.\d[\w.+]*)",
-        re.I,
-    ),
-)
-
-
-@dataclass(frozen=True)
-class Range:
-    """What a package says another must be (`spec`, or `lo`…`hi`) and what is installed (`found`), and who said it."""
-
-    package: str
-    needed: str
-    found: str
-    said_by: str
-    line: str
-
-    def text(self) -> str:
-        who = f"{self.said_by} says " if self.said_by else ""
-        return f"{who}{self.package} {self.needed} is needed, {self.found} is installed"
-
-
-def read_range(text: str) -> Range | None:
-    """The first range statement in a text, None when it holds none."""
-    for pattern in _RANGES:
-        if m := pattern.search(text):
-            groups = m.groupdict()
-            if groups.get("spec"):
-                needed = groups["spec"].replace(" ", "")
-            elif groups.get("lo"):
-                needed = f"{groups['lo'].rstrip('.')} to {groups['hi'].rstrip('.')}"
-            elif "," in groups["list"]:
-                needed = "one of " + groups["list"].replace("`", "").rstrip(".")
-            else:
-                needed = "==" + groups["list"].rstrip(".")
-            return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])
-    return None
 
 
 def ranges(scan: LogScan) -> list[Range]:

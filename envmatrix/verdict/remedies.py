@@ -17,8 +17,9 @@ from ..facts.nameindex import canonical
 from ..records.record import Record
 from .boundary import Boundary
 from .boundary import of as boundary_of
-from .evidence import Range, engine_layer, fallback, last_exception, ranges, strong
+from .evidence import engine_layer, fallback, last_exception, ranges, strong
 from .logscan import LogScan, scan_text
+from .ranges import Range
 from .rules import Judged
 
 
