@@ -276,6 +276,8 @@ def _caller(kind: str, frames: list[Frame], dists: list[str], callee: str, impor
     module a lazy-import wrapper names as the one whose import failed (transformers' `Failed to import X because of`)."""
     if not frames and importer and kind in ("import_name", "submodule") and (owner := module_owner(importer)):
         return owner, f"{importer} imports it (the lazy-import wrapper's message names the module whose import failed)"
+    if not frames and importer:  # an attribute asked while importing: any module that import loaded may have asked
+        return "", f"asked for while {importer} was imported; the asking frame is not printed"
     if not frames:
         return "", "no frame of the caller was printed"
     if kind == "attribute":  # the frame that asked (an accessor that refused is looked through)

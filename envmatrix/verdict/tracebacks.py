@@ -36,6 +36,8 @@ _CUT_FRAME = re.compile(r'(?P<path>[^"\s]{0,1000}[/\\][^"\s/\\]{1,200}\.py)", li
 _IPYTHON = re.compile(r"\[?(?P<path>(?:[A-Za-z]:|~)?[/\\][^\s\[\]()]{1,1000}\.py)\]?(?:\([^)\s]{0,400}\))?\s+in\s+(?P<func>[\w<>.]{1,200})(?:\(.*\))?$")
 #: A lazy module's wrapper (transformers' `_LazyModule`): its message's next line is the inner error, raised importing MODULE.
 _LAZY = re.compile(r"Failed to import (?P<module>[A-Za-z_][\w.]*) because of the following error")
+#: An AttributeError's message (a name a module, class or object lacks), as a lazy-import wrapper prints it under its line.
+_INNER_ATTRIBUTE = re.compile(r"(?:module '[\w.]+'|'?[A-Za-z_]\w*'? object|type object '\w+') has no attribute '?\w+'?\s*$")
 _IPYTHON_SOURCE = re.compile(r"(?P<arrow>-*>)?\s*\d{1,6}\s(?P<source>.*)$")
 _RICH_TAIL = re.compile(r"(?P<line>\d+) in (?P<func>[\w<>.]{1,200})$")
 #: An exception line: a dotted name, optionally wrapping another (`RayTaskError(OutOfMemoryError)`), then `: message`
@@ -301,10 +303,13 @@ class Reader:
         if glued := _GLUED.search(text):
             self._raise(st, glued, glued.group(0), line_no, logical.stream, logical.logged)
             return True
-        if text.startswith("cannot import name") and _BARE_IMPORT.match(text):
-            lazy = _LAZY.search(st.last.value) if st.last is not None and st.last.line_no >= line_no - 1 else None
+        lazy = _LAZY.search(st.last.value) if st.last is not None and st.last.line_no >= line_no - 1 else None
+        bare = "ImportError" if text.startswith("cannot import name") and _BARE_IMPORT.match(text) else ""
+        if lazy and not bare and _INNER_ATTRIBUTE.match(text):
+            bare = "AttributeError"  # the wrapper prints its inner error's message without the type: the message says it
+        if bare:
             importer = lazy.group("module") if lazy else ""
-            self._emit(st, Raised("ImportError", text[:MAX_VALUE], (), line_no, text[:400], logical.stream, bare=True, importer=importer))
+            self._emit(st, Raised(bare, text[:MAX_VALUE], (), line_no, text[:400], logical.stream, bare=True, importer=importer))
             st.value_lines, st.logged = 0, logical.logged
             return True
         if text.startswith(("^", "~")) or set(text) <= set("^~ "):

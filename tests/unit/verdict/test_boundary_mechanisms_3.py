@@ -97,3 +97,16 @@ def test_remote_code_is_named_by_its_model_repository(path: str, project: str) -
 def test_an_exception_line_alone_leaves_the_caller_unnamed() -> None:
     b = last_boundary("TypeError: LlamaForCausalLM.__init__() got an unexpected keyword argument 'peft_config'\n")
     assert (b.caller, b.callee) == ("", "transformers"), b
+
+
+def test_a_lazy_import_wrapper_over_a_missing_attribute_is_that_mismatch_its_asker_unnamed() -> None:
+    log = LAZY.format(module="trainer", inner="module 'torch.library' has no attribute 'register_fake'")
+    assert verdict(log) == "api_mismatch"
+    b = last_boundary(log)
+    assert (b.caller, b.callee, b.member) == ("", "torch", "register_fake"), b
+    assert "transformers.trainer was imported" in b.caller_reason
+
+
+def test_a_circular_import_under_the_wrapper_is_no_mismatch() -> None:
+    log = LAZY.format(module="trainer", inner="partially initialized module 'torchvision' has no attribute 'extension' (most likely due to a circular import)")
+    assert verdict(log) != "api_mismatch"
