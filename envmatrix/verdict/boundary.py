@@ -115,6 +115,9 @@ def project_of(path: str) -> str:
     parts = [p for p in re.split(r"[/\\]+", path) if p and p not in (".", "..", "~")]
     if len(parts) < 2 or path.startswith("<"):
         return ""
+    if "transformers_modules" in parts[:-1]:  # a model's remote code: the model repository it came from, not a commit folder
+        repo = [p for p in parts[parts.index("transformers_modules") + 1 : -1] if not re.fullmatch(r"[0-9a-f]{40}", p)]
+        return repo[-1] if repo and re.fullmatch(r"[\w.+-]{2,80}", repo[-1]) else ""
     if "src" in parts[:-1] and parts.index("src") > 0:
         name = parts[parts.index("src") - 1]
     else:
@@ -223,7 +226,7 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
         elif _owner(name) not in _CONSTRUCTORS:
             resolved = Resolved("", f"{name} names no class or function")
     callee = resolved.dist
-    caller, caller_reason = _caller(kind, frames, dists, callee)
+    caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer)
     if caller == callee and raised.headless and kind != "attribute":  # an attribute's asker is printed; a call's may be cut
         caller, caller_reason = "", f"every frame printed is {callee}'s own code, and the excerpt starts after the caller's frames"
     return Boundary(kind, name, member, caller, caller_reason, callee, resolved.reason, resolved.candidates, _project(caller, frames, dists))
@@ -268,8 +271,13 @@ def _range(raised: Raised) -> Boundary | None:
     return Boundary("range", stated.package, stated.needed, caller, why, callee, f"the message names {stated.package} as the package needed")
 
 
-def _caller(kind: str, frames: list[Frame], dists: list[str], callee: str) -> tuple[str, str]:
-    """The caller's distribution ('user' for the user's code) and why; '' where no frame was printed."""
+def _caller(kind: str, frames: list[Frame], dists: list[str], callee: str, importer: str = "") -> tuple[str, str]:
+    """The caller's distribution ('user' for the user's code) and why; '' where no frame was printed. `importer`: the
+    module a lazy-import wrapper names as the one whose import failed (transformers' `Failed to import X because of`)."""
+    if not frames and importer and kind in ("import_name", "submodule") and (owner := module_owner(importer)):
+        return owner, f"{importer} imports it (the lazy-import wrapper's message names the module whose import failed)"
+    if not frames and importer:  # an attribute asked while importing: any module that import loaded may have asked
+        return "", f"asked for while {importer} was imported; the asking frame is not printed"
     if not frames:
         return "", "no frame of the caller was printed"
     if kind == "attribute":  # the frame that asked (an accessor that refused is looked through)

@@ -66,7 +66,6 @@ SIGNATURES: dict[str, str] = {
     "import_abi:glibcxx": r"GLIBCXX_[0-9.]+'?\s+not found",
     "import_abi:cxxabi": r"CXXABI_[0-9.]+'?\s+not found",
     "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
-    "import_abi:wrapped": r"Failed to import transformers\.[\w.]+ because of the following error",
     # an architecture the installed transformers does not know: the probe's wording, then transformers' own
     "unknown_model:probe": r"model_type '[\w.-]+' \([^)]*\) is not known to transformers [\w.]+",
     "unknown_model:auto": r"has model type `[\w.-]+` but Transformers does not recognize this architecture",
@@ -102,7 +101,8 @@ SIGNATURES: dict[str, str] = {
     # the host's allocator, printed outside any exception: Rust's alloc error (tokenizers), C++'s, errno 12
     "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
     # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
-    "oom:killer": r"oom-kill event|Out of memory: Kill(?:ed)? process|invoked oom-killer|OOMKilled|running low on memory",
+    "oom:killer": r"oom-kill event|Out of memory: Kill(?:ed)? process|invoked oom-killer|OOMKilled|running low on memory"
+    r"|\b[1-9]\d*\s+Workers?\s+\([^)\n]{0,40}\)\s+killed\s+due\s+to\s+memory\s+pressure",  # the raylet's count (0 is no OOM)
     # NCCL's own allocation failing, and an engine refusing to start on the free memory it found (vLLM)
     "oom:nccl": r"NCCL WARN Cuda failure '?out of memory",
     "oom:free_memory": r"Free memory on device[^\n]*(?:less than|lower than|not enough)",
@@ -130,7 +130,9 @@ SIGNATURES: dict[str, str] = {
     # NCCL's own WARN / ERROR lines that name a failure (a socket closed, a broken pipe, a remote error through the proxy);
     # its harmless WARN lines (a missing plugin, iommu advice) name none of these
     "nccl_error:warn": r"NCCL (?:WARN|ERROR)\b[^\n]*(?i:error|failed\s*:|failure|closed|broken pipe|reset by peer|refused"
-    r"|timed? ?out|truncated|abort|unhandled|mismatch|unreachable)",
+    r"|timed? ?out|truncated|abort|unhandled|mismatch|unreachable|failed\s+to\b|wrong\s+type|retcode\s+[1-9])",
+    # NCCL's trace of an error code returned up its call chain (`NCCL INFO proxy.cc:1306 -> 3`): a non-zero code, in any wrapper
+    "nccl_error:retcode": r"NCCL INFO\s+[\w/.-]+\.(?:cc|cu|h):\d+\s+->\s+[1-9]\d*[ \t]*(?:\r?\n|$)",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     "crash:segv": r"Segmentation fault",

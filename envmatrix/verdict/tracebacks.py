@@ -33,7 +33,11 @@ _RICH = re.compile(r"(?P<path>(?:[A-Za-z]:)?[\w./\\~-]{1,1000}\.py):(?P<line>\d+
 _CUT_FRAME = re.compile(r'(?P<path>[^"\s]{0,1000}[/\\][^"\s/\\]{1,200}\.py)", line (?P<line>\d+),? in (?P<func>\S{1,200})$')
 #: IPython's frame (`/usr/lib/python3/dist-packages/peft/peft_model.py in <module>`, a notebook's `[path](url) in f`), and
 #: the numbered source lines under it (`---> 38 from transformers import …`).
-_IPYTHON = re.compile(r"\[?(?P<path>(?:[A-Za-z]:)?[/\\][^\s\[\]()]{1,1000}\.py)\]?(?:\([^)\s]{0,400}\))?\s+in\s+(?P<func>[\w<>.]{1,200})(?:\(.*\))?$")
+_IPYTHON = re.compile(r"\[?(?P<path>(?:[A-Za-z]:|~)?[/\\][^\s\[\]()]{1,1000}\.py)\]?(?:\([^)\s]{0,400}\))?\s+in\s+(?P<func>[\w<>.]{1,200})(?:\(.*\))?$")
+#: A lazy module's wrapper (transformers' `_LazyModule`): its message's next line is the inner error, raised importing MODULE.
+_LAZY = re.compile(r"Failed to import (?P<module>[A-Za-z_][\w.]*) because of the following error")
+#: An AttributeError's message (a name a module, class or object lacks), as a lazy-import wrapper prints it under its line.
+_INNER_ATTRIBUTE = re.compile(r"(?:module '[\w.]+'|'?[A-Za-z_]\w*'? object|type object '\w+') has no attribute '?\w+'?\s*$")
 _IPYTHON_SOURCE = re.compile(r"(?P<arrow>-*>)?\s*\d{1,6}\s(?P<source>.*)$")
 _RICH_TAIL = re.compile(r"(?P<line>\d+) in (?P<func>[\w<>.]{1,200})$")
 #: An exception line: a dotted name, optionally wrapping another (`RayTaskError(OutOfMemoryError)`), then `: message`
@@ -102,6 +106,7 @@ class Raised:
     headless: bool = False  # its frames began without the `Traceback` header: outer frames may be cut from the excerpt
     source: str = ""  # the source line printed under its last frame (or right above it, where no frame was kept)
     bare: bool = False  # the message alone, without its type (`cannot import name 'X' from 'trl'`)
+    importer: str = ""  # the module a lazy-import wrapper right above names as the one whose import failed
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -298,8 +303,13 @@ class Reader:
         if glued := _GLUED.search(text):
             self._raise(st, glued, glued.group(0), line_no, logical.stream, logical.logged)
             return True
-        if text.startswith("cannot import name") and _BARE_IMPORT.match(text):
-            self._emit(st, Raised("ImportError", text[:MAX_VALUE], (), line_no, text[:400], logical.stream, bare=True))
+        lazy = _LAZY.search(st.last.value) if st.last is not None and st.last.line_no >= line_no - 1 else None
+        bare = "ImportError" if text.startswith("cannot import name") and _BARE_IMPORT.match(text) else ""
+        if lazy and not bare and _INNER_ATTRIBUTE.match(text):
+            bare = "AttributeError"  # the wrapper prints its inner error's message without the type: the message says it
+        if bare:
+            importer = lazy.group("module") if lazy else ""
+            self._emit(st, Raised(bare, text[:MAX_VALUE], (), line_no, text[:400], logical.stream, bare=True, importer=importer))
             st.value_lines, st.logged = 0, logical.logged
             return True
         if text.startswith(("^", "~")) or set(text) <= set("^~ "):
