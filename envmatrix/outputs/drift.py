@@ -21,11 +21,11 @@ from typing import Any
 
 from ..records.outcomes import Outcome
 from ..records.probe_result import Fingerprint
-from ..records.record import Record, Status
+from ..records.record import DRIFT_FAULT, Record, Status
 from .findings import version_order
 
 #: The fault a drift control injects (probes/fingerprint.PERTURB_EPS: rms_norm_eps x 10).
-CONTROL_FAULT = "drift"
+CONTROL_FAULT = DRIFT_FAULT
 
 
 @dataclass(frozen=True)

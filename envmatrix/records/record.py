@@ -69,6 +69,10 @@ class RecordError(InputError):
 # ---- the typed record ------------------------------------------------------------------------------
 
 
+#: The fault of the drift control (spec CHOICES["fault"]): it perturbs the numbers and is judged across cells.
+DRIFT_FAULT = "drift"
+
+
 @dataclass(frozen=True)
 class CellInfo:
     """Which cell the record is of: its id, environment axes and scenario (with every setting)."""
@@ -206,9 +210,10 @@ class Record:
 
     @property
     def workload(self) -> bool:
-        """A scenario that stands for a user's workload: it expects no class and injects no fault. A drift control
-        (a fault, no expected class) trains cleanly yet vets nothing: vetting, locks and checks count workloads only."""
-        return not self.expect and self.fault == "none"
+        """A scenario that stands for a user's workload: it expects no class and is not the drift control (a fault that
+        changes the numbers, no expected class: it trains cleanly yet vets nothing). Vetting, locks, checks and doctor
+        count workloads only; a fault without `expect` is a workload that must train (doctor's broken-stack case)."""
+        return not self.expect and self.fault != DRIFT_FAULT
 
     @cached_property
     def probe(self) -> ProbeResult:
