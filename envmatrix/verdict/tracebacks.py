@@ -36,6 +36,10 @@ _CUT_FRAME = re.compile(r'(?P<path>[^"\s]{0,1000}[/\\][^"\s/\\]{1,200}\.py)", li
 _IPYTHON = re.compile(r"\[?(?P<path>(?:[A-Za-z]:|~)?[/\\][^\s\[\]()]{1,1000}\.py)\]?(?:\([^)\s]{0,400}\))?\s+in\s+(?P<func>[\w<>.]{1,200})(?:\(.*\))?$")
 #: A lazy module's wrapper (transformers' `_LazyModule`): its message's next line is the inner error, raised importing MODULE.
 _LAZY = re.compile(r"Failed to import (?P<module>[A-Za-z_][\w.]*) because of the following error")
+#: Library exception types that subclass a builtin one and stand in for it where they are raised: torch < 1.8's
+#: `Module.__getattr__` raised `ModuleAttributeError(AttributeError)`; a rule on the builtin type must match them too.
+_BUILTIN_BASE = {"ModuleAttributeError": "AttributeError"}
+
 #: An AttributeError's message (a name a module, class or object lacks), as a lazy-import wrapper prints it under its line.
 _INNER_ATTRIBUTE = re.compile(r"(?:module '[\w.]+'|'?[A-Za-z_]\w*'? object|type object '\w+') has no attribute '?\w+'?\s*$")
 _IPYTHON_SOURCE = re.compile(r"(?P<arrow>-*>)?\s*\d{1,6}\s(?P<source>.*)$")
@@ -112,7 +116,8 @@ class Raised:
     def types(self) -> tuple[str, ...]:
         """The type and the one it wraps, each dotted and by its last part (`torch.OutOfMemoryError`, `OutOfMemoryError`)."""
         names = [n for n in (self.type, self.inner) if n]
-        return tuple(dict.fromkeys([*names, *(n.rsplit(".", 1)[-1] for n in names)]))
+        short = [n.rsplit(".", 1)[-1] for n in names]
+        return tuple(dict.fromkeys([*names, *short, *(_BUILTIN_BASE[n] for n in short if n in _BUILTIN_BASE)]))
 
     @property
     def raising(self) -> Frame | None:

@@ -286,3 +286,23 @@ def test_a_generic_accessor_raises_for_the_package_that_asked() -> None:
     )
     v = verdict(log)
     assert v.outcome == "api_mismatch" and "raised in trl (trl.trainer.grpo_trainer.__init__)" in v.evidence, v
+
+
+def test_torchs_module_attribute_error_is_an_attribute_error() -> None:
+    """torch < 1.8 raised `ModuleAttributeError(AttributeError)` from `Module.__getattr__`: the same API mismatch."""
+    frame = ("/usr/lib/python3.8/site-packages/transformers/trainer.py", 937, "train")
+    exc = "torch.nn.modules.module.ModuleAttributeError: 'DeepSpeedEngine' object has no attribute 'no_sync'"
+    assert verdict(tb(frame, exc=exc)).outcome == "api_mismatch"
+    renamed = exc.replace("torch.nn.modules.module.ModuleAttributeError", "torch.nn.modules.module.ModuleLookupFailure")
+    assert verdict(tb(frame, exc=renamed)).outcome != "api_mismatch"
+
+
+def test_healthy_training_with_nccl_info_lines_stays_ok() -> None:
+    info = (
+        "node1:123:123 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+        "node1:123:123 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation\n"
+        "node1:123:456 [0] NCCL INFO Channel 00/02 :    0   1\n"
+        "node1:123:456 [0] NCCL INFO comm 0x55 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+    )
+    healthy = "{'loss': 0.01, 'grad_norm': 0.4}\n{'loss': 0.02, 'grad_norm': 0.3}\n"
+    assert verdict(info + healthy).outcome == "ok"
