@@ -130,7 +130,11 @@ SIGNATURES: dict[str, str] = {
     # NCCL's own WARN / ERROR lines that name a failure (a socket closed, a broken pipe, a remote error through the proxy);
     # its harmless WARN lines (a missing plugin, iommu advice) name none of these
     "nccl_error:warn": r"NCCL (?:WARN|ERROR)\b[^\n]*(?i:error|failed\s*:|failure|closed|broken pipe|reset by peer|refused"
-    r"|timed? ?out|truncated|abort|unhandled|mismatch|unreachable|failed\s+to\b|wrong\s+type|retcode\s+[1-9])",
+    r"|timed? ?out|truncated|abort|unhandled|mismatch|unreachable|failed\s+to\b|wrong\s+type|retcode\s+[1-9]"
+    r"|already\s+checked\s+in)",  # the bootstrap root seeing one rank twice: a duplicate rank, the job cannot form
+    # ProcessGroupNCCL's own watchdog line (`[E ProcessGroupNCCL.cpp:1537] ... Timeout at NCCL work: 15734`), printed as a log
+    # record, not an exception, before the process is torn down
+    "nccl_error:pg_timeout": r"Timeout at NCCL work:\s*\d+",
     # NCCL's trace of an error code returned up its call chain (`NCCL INFO proxy.cc:1306 -> 3`): a non-zero code, in any wrapper
     "nccl_error:retcode": r"NCCL INFO\s+[\w/.-]+\.(?:cc|cu|h):\d+\s+->\s+[1-9]\d*[ \t]*(?:\r?\n|$)",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",

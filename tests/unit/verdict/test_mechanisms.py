@@ -306,3 +306,15 @@ def test_healthy_training_with_nccl_info_lines_stays_ok() -> None:
     )
     healthy = "{'loss': 0.01, 'grad_norm': 0.4}\n{'loss': 0.02, 'grad_norm': 0.3}\n"
     assert verdict(info + healthy).outcome == "ok"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank11]:[E ProcessGroupNCCL.cpp:1537] [PG 1 Rank 11] Timeout at NCCL work: 15734, last enqueued NCCL work: 15735",
+        "hpc-25-14:18569:18835 [0] bootstrap.cc:131 NCCL WARN Bootstrap Root : rank 1 of 8 ranks has already checked in",
+    ],
+)
+def test_nccl_failures_printed_as_log_records_are_nccl_errors(line: str) -> None:
+    info = "node1:123:123 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+    assert verdict(info + line + "\n").outcome == "nccl_error"
