@@ -145,7 +145,8 @@ SIGNATURES: dict[str, str] = {
     "crash:core": r"(?:Aborted|Illegal instruction) \(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT) received",
     # Ray's, vLLM's and a launcher's notices that a worker process died (the signal or OOM it names decides where one is named)
     "crash:worker_died": r"A worker died or was killed while executing|(?:[Aa]ctor|[Ww]orker|Worker proc [\w-]+) died unexpectedly"
-    r"|Worker unexpectedly exits|worker process (?:\d+ )?(?:was )?killed by signal|(?:rank|worker) \d+ (?:died|exited) with signal",
+    r"|Worker unexpectedly exits|worker process (?:\d+ )?(?:was )?killed by signal|(?:rank|worker) \d+ (?:died|exited) with signal"
+    r"|Raylet is terminated\b[^\n]{0,200}?Termination is unexpected",  # the node's raylet died (its own notice says so)
     # a wall-clock limit the scheduler enforced
     "timeout:scheduler": r"DUE TO TIME LIMIT|Job step aborted: Waiting up to \d+ seconds for job step to finish|DeadlineExceeded",
     # not an outcome: an engine that failed to start (vLLM's EngineCore); its cause line decides, else it is the engine's failure

@@ -318,3 +318,11 @@ def test_healthy_training_with_nccl_info_lines_stays_ok() -> None:
 def test_nccl_failures_printed_as_log_records_are_nccl_errors(line: str) -> None:
     info = "node1:123:123 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
     assert verdict(info + line + "\n").outcome == "nccl_error"
+
+
+def test_an_unexpected_raylet_termination_is_a_crash() -> None:
+    line = (
+        "2022-11-02 02:42:14,808 WARNING worker.py:1849 -- Raylet is terminated: ip=10.0.0.1, id=6ad3. Termination is "
+        "unexpected. Possible reasons include: (1) SIGKILL by the user or system OOM killer\n"
+    )
+    assert verdict(line).outcome == "crash"
