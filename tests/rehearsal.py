@@ -301,6 +301,9 @@ def rehearse(args: argparse.Namespace, rehearsal: Rehearsal, env: dict[str, str]
     if args.fast:
         # flash-attn's path first, then the torch the CPU wheel is (no relabelling), then the oldest
         own_torch = cpu_torch_wheel().name.split("-")[1].split("+")[0]
+        # only where both fast scenarios are planned (an include entry may add an environment for other scenarios only)
+        planned = {(c["build"], c["scenario"]) for c in runnable["cells"] if c["gpu"] == args.gpu and c["status"] == "planned"}
+        renvs = [e for e in renvs if all((e["build"], s) in planned for s in FAST_SCENARIOS)]
         renvs = sorted(renvs, key=lambda e: (e["env"]["flash_attn"] == "none", e["env"]["torch"] != own_torch, Version(e["env"]["torch"])))[:1]
     elif args.envs:
         renvs = spread(renvs, args.envs)
