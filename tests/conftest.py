@@ -112,6 +112,21 @@ def matrix(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
+@pytest.fixture
+def docker_client() -> Any:
+    """A real Docker engine with the Debian base image (`.ci/run` makes both: dockerfiles/debian-base.sh), asked at run
+    time, never while collecting; the test skips, saying why, without them. One owner for the integration tests' engine."""
+    from envmatrix.backends.docker import connect
+    from envmatrix.facts.catalog import CPU_BASE_IMAGE
+
+    try:
+        found = connect()
+        found.images.get(CPU_BASE_IMAGE)
+    except Exception as exc:
+        pytest.skip(f"needs a Docker engine and the {CPU_BASE_IMAGE} image (.ci/run makes both; bash dockerfiles/debian-base.sh): {exc}")
+    return found
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """tests/gpu on a GPU host whose torch cannot run there (the CPU torch of `nox -s tests`): skipped with the reason,
     never failed. A GPU-less host is left to the modules' own marks (they say there is no GPU), which pytest reads first."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from envmatrix.backends.docker import HOME_IN_CONTAINER, STEPS, DockerBackend, connect
+from envmatrix.backends.docker import HOME_IN_CONTAINER, STEPS, DockerBackend
 from envmatrix.facts.catalog import CPU_BASE_IMAGE as CPU_BASE
 from envmatrix.host.pipconfig import PipSettings
 from envmatrix.plan.install import Sources
@@ -33,13 +33,9 @@ LOAD = (
 
 
 @pytest.fixture
-def client() -> Any:
-    try:
-        found = connect()
-        found.images.get(CPU_BASE)
-    except Exception:
-        pytest.skip(f"needs a Docker engine and the {CPU_BASE} image (.ci/run makes both)")
-    return found
+def client(docker_client: Any) -> Any:
+    """The engine (the root conftest's `docker_client`), under the name these tests use."""
+    return docker_client
 
 
 def cell_options(client: Any, tmp_path: Path) -> dict[str, Any]:

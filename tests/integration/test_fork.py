@@ -241,17 +241,9 @@ def test_forked_ranks_see_what_torchrun_workers_see(tmp_path: Path) -> None:
         assert mine["threads"] == "1" and mine["unbuffered"] == "True"
 
 
-def test_docker_cells_are_forked_in_a_helper_container(tmp_path: Path) -> None:
+def test_docker_cells_are_forked_in_a_helper_container(tmp_path: Path, docker_client: Any) -> None:
     """On the real engine: one helper container forks the cells; exit statuses read as a container's own
     (128+N); the timeout still kills from outside; no container outlives the run."""
-    from envmatrix.backends.docker import connect
-    from envmatrix.facts.catalog import CPU_BASE_IMAGE as CPU_BASE
-
-    try:
-        client = connect()
-        client.images.get(CPU_BASE)
-    except Exception:
-        pytest.skip(f"needs a Docker engine and the {CPU_BASE} image (.ci/run makes both)")
     scenarios = {"sigfpe": {"fault": "sigfpe", "expect": "sigfpe"}, "hang": {"steps": 10000}, "after": {"steps": 2}, "ddp": {"world_size": 2, "steps": 2}}
     path = write_matrix(tmp_path, scenarios)
     got = envmatrix_run("--file", str(path), "--backend", "docker", "--timeout", f"{TIMEOUT:g}", "--reports", str(tmp_path / "r"))
@@ -263,7 +255,7 @@ def test_docker_cells_are_forked_in_a_helper_container(tmp_path: Path) -> None:
     assert recs["ddp"]["outcome"]["class"] == "ok" and recs["ddp"]["launch"] == "2 ranks forked in the environment's container"
     assert all(forked(r) for r in recs.values())
     assert all(Path(r["log"]["path"]).read_text().startswith("$ docker run envmatrix-probe:") for r in recs.values())  # the whole log
-    assert client.containers.list(all=True, filters={"label": "envmatrix=cell"}) == []
+    assert docker_client.containers.list(all=True, filters={"label": "envmatrix=cell"}) == []
 
 
 def alive(pid: int) -> bool:

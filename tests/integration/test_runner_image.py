@@ -16,9 +16,6 @@ from typing import Any
 import pytest
 import yaml
 
-from envmatrix.backends.docker import connect
-from envmatrix.facts.catalog import CPU_BASE_IMAGE as CPU_BASE
-
 ROOT = Path(__file__).resolve().parents[2]
 ENV = "cpu-torch2.13.0-tf4.57.6-fanone-cpu-py3.11"
 
@@ -26,13 +23,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def client() -> Any:
-    try:
-        found = connect()
-        found.images.get(CPU_BASE)
-    except Exception:
-        pytest.skip(f"needs a Docker engine and the {CPU_BASE} image (.ci/run makes both)")
-    return found
+def client(docker_client: Any) -> Any:
+    """The engine (the root conftest's `docker_client`), under the name these tests use."""
+    return docker_client
 
 
 def pod(manifest: dict[str, Any], volume: Path) -> subprocess.CompletedProcess[str]:
