@@ -8,7 +8,8 @@ define is resolved, in this order, by the environment's own freeze (in a matrix 
 raised), by the caller's own imports (trl imports `Trainer` from transformers), by what the caller always requires (trl
 requires transformers, not vllm, which defines a `Qwen2ForCausalLM` too), by the distributions whose frames are in the
 traceback, by the one distribution that exports it from its top-level package (trl's `GRPOTrainer`; ms-swift's is a
-subclass deep in its tree); otherwise it is named ambiguous, never guessed.
+subclass deep in its tree), by the one every other candidate requires when none of theirs has a frame (frameworks name
+their classes after the library they build on); otherwise it is named ambiguous, never guessed.
 """
 
 from __future__ import annotations
@@ -113,4 +114,18 @@ def resolve(name: str, *, caller: str = "", installed: Iterable[str] = (), aroun
     public = tuple(d for d in found if name in index().exports.get(d, ()))
     if len(public) == 1:
         return Resolved(public[0], f"{name} is defined by {', '.join(found)}; only {public[0]} exports it from its top-level package", found)
+    if base := _base(found, near):
+        others = ", ".join(d for d in found if d != base)
+        return Resolved(base, f"{name} is defined by {', '.join(found)}; {others} require {base} and build on it, and no frame of theirs is printed", found)
     return Resolved("", f"{name} is defined by {', '.join(found)}: ambiguous", found)
+
+
+def _base(found: tuple[str, ...], near: Iterable[str]) -> str:
+    """The one candidate every other candidate always requires (transformers, for llamafactory's and ms-swift's
+    `TrainingArguments`), where no frame of the others is in the traceback: a framework built on a library names its
+    classes after the library's; with none of the framework's frames printed, the call went to the library."""
+    requires = index().requires
+    bases = [d for d in found if all(d in requires.get(o, ()) for o in found if o != d)]
+    if len(bases) != 1 or set(near) & (set(found) - {bases[0]}):
+        return ""
+    return bases[0]

@@ -16,6 +16,8 @@ A boundary whose caller is the callee's own code is no mismatch of two releases:
 
 from __future__ import annotations
 
+import itertools
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -57,6 +59,8 @@ _CALL = re.compile(r"(?P<name>[A-Za-z_][\w.]*)\(")
 _REQUIRER = re.compile(r"(?P<who>[A-Za-z][\w.-]*) (?:requires|needs|depends on)\b")
 #: Folders that hold a project's scripts rather than name the project (`open-r1/scripts/`, `Liger-Kernel/examples/`).
 _GENERIC_DIRS = frozenset({"examples", "example", "scripts", "script", "tools", "benchmarks", "benchmark", "bin", "src", "training", "train"})
+#: Folders whose name says nothing of a project even when repeated (`/mnt/data/data/run.py`).
+_NOT_PROJECTS = _GENERIC_DIRS | {"data", "home", "root", "workspace", "work", "mnt", "tmp", "usr", "opt", "code", "projects", "app"}
 
 
 @dataclass(frozen=True)
@@ -110,14 +114,18 @@ class Boundary:
 
 def project_of(path: str) -> str:
     """The user's project a frame's file belongs to, by its path ('' where the path names none): the folder above `src/`
-    (`/workspace/open-r1/src/open_r1/grpo.py` → open-r1), else the script's folder, looked up past folders that only hold
-    scripts (`/home/Liger-Kernel-main/examples/huggingface/training.py` → Liger-Kernel)."""
-    parts = [p for p in re.split(r"[/\\]+", path) if p and p not in (".", "..", "~")]
+    (`/workspace/open-r1/src/open_r1/grpo.py` → open-r1), a checkout that holds its same-named package
+    (`/root/X/X/llm/train/run.py` → X), else the script's folder, looked up past folders that only hold scripts
+    (`/home/Liger-Kernel-main/examples/huggingface/training.py` → Liger-Kernel)."""
+    parts = [p for p in re.split(r"[/\\]+", posixpath.normpath(path.replace("\\", "/"))) if p and p not in (".", "..", "~")]
     if len(parts) < 2 or path.startswith("<"):
         return ""
     if "transformers_modules" in parts[:-1]:  # a model's remote code: the model repository it came from, not a commit folder
         repo = [p for p in parts[parts.index("transformers_modules") + 1 : -1] if not re.fullmatch(r"[0-9a-f]{40}", p)]
         return repo[-1] if repo and re.fullmatch(r"[\w.+-]{2,80}", repo[-1]) else ""
+    twice = [a for a, b in itertools.pairwise(parts[:-1]) if canonical(a) == canonical(b) and a.lower() not in _NOT_PROJECTS]
+    if twice and re.fullmatch(r"[\w.+-]{2,80}", twice[-1]):  # a checkout holding its same-named package (`X/X/llm/train.py`)
+        return re.sub(r"-(?:main|master)$", "", twice[-1])
     if "src" in parts[:-1] and parts.index("src") > 0:
         name = parts[parts.index("src") - 1]
     else:
@@ -284,7 +292,7 @@ def _caller(kind: str, frames: list[Frame], dists: list[str], callee: str, impor
         frame, dist = frames[-1], dists[-1]
         return dist or "user", f"{frame.where()} asked for the attribute"
     for frame, dist in zip(reversed(frames), reversed(dists), strict=True):
-        if dist != callee:
+        if dist != callee or not callee:  # a callee not known: the last frame printed called it
             what = "imports it" if kind in ("import_name", "submodule") else "made the call"
             return dist or "user", f"{frame.where()} {what}: the last frame outside {callee or 'the callee'}'s own code"
     return callee, f"every frame printed is {callee}'s own code"
