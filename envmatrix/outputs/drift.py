@@ -197,21 +197,11 @@ class Comparison:
 
     @property
     def text(self) -> str:
-        """`transformers 5.23.0 (vs 4.51.3): qwen2's log-probabilities 3.1e-01 away (fp32, step 0, ...); its loss
-        curve leaves the reference's at step 2; changed: rms_norm_eps 1e-06 → 1e-05`, or how close it agrees."""
+        """`fp32-sdpa on <env>: numbers differ from <reference env> from step 0: logp 3.1e-01 away (step 0, …; tolerance
+        1e-04); its nll curve leaves it at step 2; what differs: …`, or how close it agrees (`brief`, in detail)."""
         fp = self.record.fingerprint
-        head = f"{self.record.cell.scenario} on {self.record.env}"
         label = f"{fp.family} {fp.dtype} {fp.attn} on {fp.device}" if fp else ""
-        first = self.first
-        if first is None:
-            worst = ", ".join(f"{k} {v:.1e}" for k, v in self.worst.items())
-            return f"{head}: agrees with {self.reference.env} ({label}; largest: {worst or 'identical'})"
-        text = f"{head}: numbers differ from {self.reference.env} from step {first.step}: {first.text} ({label})"
-        if (later := self.later) is not None and later is not first:
-            text += f"; its {later.quantity} curve leaves the reference's at step {later.step}"
-        if self.changed:
-            text += f"; what differs: {'; '.join(self.changed)}"
-        return text
+        return f"{self.record.cell.scenario} on {self.record.env}: {brief(self, self.reference.env, detail=True)} ({label})"
 
 
 def _values(r: Record) -> dict[str, str]:
@@ -389,21 +379,25 @@ def against(reference: Record, record: Record) -> Comparison | None:
     return compare(reference, record)
 
 
-def brief(c: Comparison, whose: str = "your baseline") -> str:
-    """`numbers differ from your baseline from step 0: log-probabilities 2e-02 away; its loss curve leaves it at
-    step 2`, or `numbers agree with your baseline (largest log-probabilities 3e-07)`."""
+def brief(c: Comparison, whose: str = "your baseline", *, detail: bool = False) -> str:
+    """The one sentence of a comparison: `numbers differ from your baseline from step 0: log-probabilities 2e-02 away;
+    its loss curve leaves it at step 2`, or `numbers agree with your baseline (largest log-probability difference
+    3e-07)`. `detail` (the report's finding): each quantity with where it differs and its tolerance, every largest
+    difference, and what differs between the sides."""
     first = c.first
     if first is None:
+        if detail:
+            return f"numbers agree with {whose} (largest: {', '.join(f'{k} {v:.1e}' for k, v in c.worst.items()) or 'identical'})"
         logp = c.worst.get("logp")
         return f"numbers agree with {whose}" + (f" (largest log-probability difference {logp:.0e})" if logp is not None else "")
     name, _, group = first.quantity.partition("[")
     word = WORDS.get(name, name) + (f" of the {group.rstrip(']')} parameters" if group else "")
     size = "" if math.isinf(first.size) else f" {first.size:.0e} {'relative' if name == 'grad_norm' else 'away'}"
-    text = f"numbers differ from {whose} from step {first.step}: {word}{size}"
+    text = f"numbers differ from {whose} from step {first.step}: {first.text if detail else word + size}"
     if (later := c.later) is not None and later is not first:
-        text += f"; its {WORDS.get(later.quantity, later.quantity)} curve leaves it at step {later.step}"
+        text += f"; its {later.quantity if detail else WORDS.get(later.quantity, later.quantity)} curve leaves it at step {later.step}"
     if c.changed:
-        text += f" ({'; '.join(c.changed)})"
+        text += f"; what differs: {'; '.join(c.changed)}" if detail else f" ({'; '.join(c.changed)})"
     return text
 
 

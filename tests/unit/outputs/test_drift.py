@@ -62,7 +62,7 @@ def test_identical_numbers_agree_with_zero_sizes() -> None:
     assert rep.references == ("cpu-torch2.13.0-tf4.51.3-fanone-cpu-py3.11",)
     (c,) = rep.comparisons
     assert not c.drifts and c.worst["logp"] == 0.0 and c.worst["grad_norm"] == 0.0
-    assert "agrees with cpu-torch2.13.0-tf4.51.3" in c.text
+    assert "numbers agree with cpu-torch2.13.0-tf4.51.3" in c.text
 
 
 def test_fp32_cpu_is_tight_and_names_the_located_token() -> None:
