@@ -6,7 +6,8 @@ Lines arrive cleaned (lines.py) with their stream; each stream (a rank, a worker
 construction, so ranks that print at the same time do not mix. The forms read: CPython's `Traceback (most recent call
 last):` with `File "…", line N, in f` frames, chained exceptions (`The above exception was the direct cause…`, `During
 handling…`), `Exception ignored in:` (teardown noise, marked), faulthandler's `Fatal Python error:` dumps (most recent
-call first), rich's boxed frames (`path.py:891 in f`), exception lines without a traceback, and wrapped types
+call first), rich's boxed frames (`path.py:891 in f`), pytest's failure reports (`path.py:891: in f`, `E   Type: …`),
+exception lines without a traceback, and wrapped types
 (`RayTaskError(OutOfMemoryError)`). A message goes on over the lines after its exception line until a blank line or the
 next structure (NCCL's `Last error:` detail, a compiler's diagnostics).
 
@@ -28,7 +29,13 @@ MAX_VALUE = 2000
 MAX_VALUE_LINES = 16
 
 _FRAME = re.compile(r'File "(?P<path>[^"\n]{1,1000})", line (?P<line>\d+),? in (?P<func>\S{1,200})')
-_RICH = re.compile(r"(?P<path>(?:[A-Za-z]:)?[\w./\\~-]{1,1000}\.py):(?P<line>\d+)?(?:\s+in\s+(?P<func>[\w<>.]{1,200}))?$")
+_RICH = re.compile(r"(?P<path>(?:[A-Za-z]:)?[\w./\\~-]{1,1000}\.py):(?P<line>\d+)?:?(?:\s+in\s+(?P<func>[\w<>.]{1,200}))?$")
+#: pytest's report of a failure: its frames are `path.py:1619: in func` (read as rich's), its exception and message lines
+#: carry an `E` and spaces before them (`E   AttributeError: …`).
+_PYTEST_E = re.compile(r"E {2,}(?=\S)|E\t+(?=\S)")
+#: pytest's long report ends a failure with the raising frame's place and the exception's type (`module.py:1736: TypeError`),
+#: after the `E` lines: that is the innermost frame of the exception just read.
+_PYTEST_AT = re.compile(r"(?P<path>(?:[A-Za-z]:)?[\w./\\~-]{1,1000}\.py):(?P<line>\d+): (?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)$")
 #: A frame line cut before its `File "` (an excerpt that starts mid-line): `/trl/trainer/grpo_trainer.py", line 269, in __init__`.
 _CUT_FRAME = re.compile(r'(?P<path>[^"\s]{0,1000}[/\\][^"\s/\\]{1,200}\.py)", line (?P<line>\d+),? in (?P<func>\S{1,200})$')
 #: IPython's frame (`/usr/lib/python3/dist-packages/peft/peft_model.py in <module>`, a notebook's `[path](url) in f`), and
@@ -245,6 +252,8 @@ class Reader:
         stream = logical.stream
         st = self.streams.setdefault(stream, _Stream())
         text = logical.text
+        if text[:1] == "E" and (pytest_e := _PYTEST_E.match(text)):
+            text = text[pytest_e.end() :]
         if PROGRESS.search(text):
             if self.message_at is not None and self.message_at[1] == line_no - 1:
                 self.message_at = (self.message_at[0], line_no)  # a bar drawn inside a wrapped message does not end it
@@ -288,9 +297,11 @@ class Reader:
             if m.group("arrow"):
                 st.source = m.group("source").strip()
             return True  # (an IPython source line)
+        if ".py:" in text and (at := _PYTEST_AT.match(text)) and self._pytest_at(st, at):
+            return True
         if ".py:" in text and (rich := _RICH.search(text)) and ("/" in rich.group("path") or "\\" in rich.group("path")):
-            if rich.group("func"):
-                self._frame(st, frame_of(rich.group("path"), int(rich.group("line") or 0) or None, rich.group("func")))
+            if rich.group("func") or (rich.group("line") and text.endswith(":")):  # pytest's long report names no function
+                self._frame(st, frame_of(rich.group("path"), int(rich.group("line") or 0) or None, rich.group("func") or ""))
             else:
                 st.pending_path = rich.group("path")
             return True
@@ -329,6 +340,16 @@ class Reader:
             return True
         self.code_above(logical, line_no)
         return False
+
+    def _pytest_at(self, st: _Stream, at: re.Match[str]) -> bool:
+        """pytest's `path.py:N: Type` right after the exception of that type: its innermost frame, added to it."""
+        last = st.last
+        if last is None or at.group("type").rsplit(".", 1)[-1] not in last.types or len(last.frames) >= MAX_FRAMES:
+            return False
+        st.last = replace(last, frames=(*last.frames, frame_of(at.group("path"), int(at.group("line")), "")))
+        self._replace(last, st.last)
+        st.value_lines = 0
+        return True
 
     def code_above(self, logical: Logical, line_no: int) -> None:
         """A line that looks like code and was read as nothing else: the source line of an exception printed right under
