@@ -34,7 +34,7 @@ from ..records.record import Record, RecordError, inputs_hash, read_record
 from ..run.runner import Runner
 from ..spec.matrix import AXES, Profile, Spec
 from ..verdict.boundary import Boundary
-from ..verdict.remedies import of_record
+from ..verdict.remedies import culprit, of_record
 from .bisect import bisect
 from .bisect_run import RunTarget
 from .watch import RELEASE_AXES, AxisWatch, Order, Regression, Try, Watch, affects, candidates, changed, healthy, order_text, untestable, with_axis
@@ -317,9 +317,38 @@ def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, metadata: Metada
         tries.append(Try(moved, outcome, {k: _alone(by_axis[k], v, reg.scenario) for k, v in moved.items() if k != reg.axis}))
         tried.append((moved, record.klass))
         console.print(f"  {reg.axis} {reg.newest} with {', '.join(f'{k} {v}' for k, v in moved.items() if k != reg.axis)}: {record.klass}")
+    if tries and not any(t.outcome == "ok" for t in tries):
+        _follow(w, reg, cells, metadata, tries, tried, console)
     together = w.all_newest.get(reg.scenario)
     text, works = order_text(reg.axis, reg.scenario, tries, _as(together) if together else None, caller)
     return Order(reg.axis, reg.scenario, text, works, tried)
+
+
+def _follow(w: Watch, reg: Regression, cells: Cells, metadata: Metadata, tries: list[Try], tried: list[tuple[dict[str, str], str]], console: Console) -> None:
+    """No single other upgrade is enough: follow the boundaries. From the first try (the named caller's), move next the
+    package the new failure's verdict names (the caller of its API mismatch, or what imports a module no longer
+    installed), and run again, until it trains or names no axis still at the baseline (peft, then trl: transformers 5
+    needs both). Each run is one more try; the fewest axes that train are said as before."""
+    by_axis = {str(canonicalize_name(a.axis)): a for a in w.axes if a.latest is not None}
+    moved = dict(tries[0].moved)
+    record: Record | None = cells.run(with_axis(w.base, moved), [reg.scenario]).get(reg.scenario)  # recorded: not run again
+    for _ in range(len(by_axis)):
+        if record is None:
+            return
+        named = by_axis.get(str(canonicalize_name(culprit(record))))
+        if named is None or named.axis in moved or named.latest is None:
+            return
+        moved = required({**moved, named.axis: named.latest}, w, metadata.known())
+        console.print(
+            f"  the verdict there names {named.axis}: {reg.axis} {reg.newest} with {', '.join(f'{k} {v}' for k, v in moved.items() if k != reg.axis)}"
+        )
+        record = cells.run(with_axis(w.base, moved), [reg.scenario])[reg.scenario]
+        outcome = _as(record) if record.klass != "skipped" else f"cannot install: {record.outcome.evidence[:200]}"
+        tries.append(Try(moved, outcome, {k: _alone(by_axis[str(canonicalize_name(k))], v, reg.scenario) for k, v in moved.items() if k != reg.axis}))
+        tried.append((moved, record.klass))
+        console.print(f"    {record.klass}")
+        if outcome == "ok":
+            return
 
 
 def _boundary(w: Watch, reg: Regression) -> Boundary | None:

@@ -14,10 +14,12 @@ from pathlib import Path
 
 from ..facts import catalog, enginefailures, errorcodes
 from ..facts.nameindex import canonical
+from ..records.outcomes import Outcome
 from ..records.record import Record
 from .boundary import Boundary
 from .boundary import of as boundary_of
 from .evidence import engine_layer, fallback, last_exception, ranges, strong
+from .imports import read_missing
 from .logscan import LogScan, scan_text
 from .ranges import Range
 from .rules import Judged
@@ -228,13 +230,32 @@ def of_log(text: str | bytes, installed: Mapping[str, str] | None = None) -> Bou
     return of_scan(scan, judged, installed or {}) if judged is not None else None
 
 
-def of_record(record: Record) -> Boundary | None:
-    """The boundary of the API mismatch a cell's record shows: its whole log where the file is still there, else the tail
-    the record keeps; the cell's own freeze resolves a name several packages define."""
-    if record.outcome.outcome != "api_mismatch":
-        return None
-    text: str | bytes = record.log.tail
+def _log_of(record: Record) -> str | bytes:
+    """A cell's whole log where the file is still there (and not too large), else the tail the record keeps."""
     path = Path(record.log.path) if record.log.path else None
     if path is not None and path.is_file() and path.stat().st_size <= LOG_BYTES:
-        text = path.read_bytes()
-    return of_log(text, freeze_versions(record.build.pins() if record.build else ()))
+        return path.read_bytes()
+    return record.log.tail
+
+
+def of_record(record: Record) -> Boundary | None:
+    """The boundary of the API mismatch a cell's record shows (its log, `_log_of`); the cell's own freeze resolves a name
+    several packages define."""
+    if record.outcome.outcome != "api_mismatch":
+        return None
+    return of_log(_log_of(record), freeze_versions(record.build.pins() if record.build else ()))
+
+
+def culprit(record: Record) -> str:
+    """The installed package whose code failed against the others in a cell, as the verdict reads it ('' where it names
+    none): the caller of an API mismatch's boundary, or the package that imports a module no longer installed (trl
+    importing `requests`, which a newer transformers stopped bringing along). What an upgrade order moves next."""
+    crossed = of_record(record)
+    if crossed is not None:
+        return crossed.caller if crossed.crossed and crossed.caller != "user" else ""
+    if record.outcome.outcome != "missing_module":
+        return ""
+    scan = scan_text(_log_of(record))
+    hit = scan.first(Outcome.MISSING_MODULE)
+    missing = read_missing(hit.line, hit.context) if hit is not None else None
+    return missing.importer if missing is not None and missing.importer and missing.package else ""
