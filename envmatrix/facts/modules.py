@@ -28,6 +28,8 @@ DISTRIBUTIONS: dict[str, str] = {
     "TensorFlow": "tensorflow",
     "Flax": "flax",
     "Accelerate": "accelerate",
+    # code a package generates into the user's folder at run time: its own (unsloth writes patched trainers there)
+    "unsloth_compiled_cache": "unsloth",
 }
 
 
@@ -46,6 +48,7 @@ STACK: frozenset[str] = frozenset(
         "apex", "colossalai", "nemo", "lightning", "pytorch_lightning", "fairscale", "torchtune", "axolotl", "llamafactory",
         "swift", "unsloth", "liger_kernel", "flashinfer", "open_r1", "lmdeploy", "tensorrt_llm", "transformer_engine", "nemo_rl",
         "realhf", "areal", "slime", "roll", "easyr1", "unsloth_zoo", "xtuner", "mmengine", "diffusers", "timm", "jax", "tensorflow", "keras",
+        "unsloth_compiled_cache",
     }
 )  # fmt: skip
 

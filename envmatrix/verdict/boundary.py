@@ -20,7 +20,7 @@ import itertools
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..facts.modules import STACK
@@ -266,14 +266,20 @@ def _range(raised: Raised) -> Boundary | None:
     stated = read_range(raised.value.split("\n", 1)[0])
     if stated is None:
         return None
-    callee = module_owner(stated.package.split("[")[0]) or canonical(stated.package)
     frames = [f for f in raised.frames if not _looked_through(f)]
+    if not stated.package:  # a minimum-version check names no package: the one whose frame raised it checked itself
+        stated = replace(stated, package=next((d for d in map(_dist, reversed(frames)) if d), ""))
+        if not stated.package:
+            return None
+    callee = module_owner(stated.package.split("[")[0]) or canonical(stated.package)
     outside = [(f, _dist(f)) for f in reversed(frames) if _dist(f) and _dist(f) != callee]
     who = stated.said_by or next((m.group("who") for m in _REQUIRER.finditer(raised.value.split("\n", 1)[0]) if _known(m.group("who"))), "")
     if who and module_owner(who) != callee:
         caller, why = module_owner(who), f"the message says {who} needs it"
     elif outside:
         caller, why = outside[0][1], f"{outside[0][0].where()} states the range it needs"
+    elif own := next((f for f in reversed(frames) if not _dist(f)), None):
+        caller, why = "user", f"{own.where()} states the range it needs (your code)"
     else:
         caller, why = "", "the message does not say which package needs it, and no library frame is printed"
     return Boundary("range", stated.package, stated.needed, caller, why, callee, f"the message names {stated.package} as the package needed")

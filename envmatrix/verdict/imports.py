@@ -41,6 +41,7 @@ class Missing:
     name: str | None = None  # `cannot import name NAME from MODULE`
     importer: str | None = None
     package: bool = True  # the importer is an installed package (a pin can fix it), not a class or remote code
+    nowhere: bool = False  # `(unknown location)`: Python found a folder of that name, not the installed package
 
     @property
     def install(self) -> str:
@@ -63,7 +64,7 @@ def read_missing(line: str, context: Sequence[str] = ()) -> Missing | None:
         return Missing(module, name, "the model's remote code", package=False)
     if subject := _SUBJECT.search(line):  # `AutoModelForCausalLM requires the PyTorch library`
         return Missing(module, name, subject.group(1), package=False)
-    return Missing(module, name, importer(context, module))
+    return Missing(module, name, importer(context, module), nowhere="(unknown location)" in line)
 
 
 def importer(context: Sequence[str], module: str) -> str | None:
@@ -82,6 +83,11 @@ def importer(context: Sequence[str], module: str) -> str | None:
 def remedy(missing: Missing) -> str:
     """What to do, naming the module, what provides it and the package that imports it."""
     who = missing.importer
+    if missing.nowhere:
+        return (
+            f"{missing.module} is not installed: Python found a folder named {missing.module.split('.')[0]} on its path, not the "
+            f"package (`unknown location`); install {missing.install} in this environment, or rename that folder"
+        )
     if missing.name is not None:
         return (
             f"{missing.module} has no {missing.name}: the installed {missing.install} and "

@@ -190,13 +190,15 @@ _GEN: dict[str, bytes] = {
 }
 #: Where a traceback or an exception may start, behind any prefix: a traceback header, a frame, faulthandler's dump, an
 #: exception type (`…Error`, `…Exception`, `ray.exceptions.RayTaskError(OutOfMemoryError)`) followed by `:`, `(` or the line
-#: end, a rich frame (`config.py:891 in _batch_assertion`) or pytest's (`config.py:891: in f`). What it finds is read by tracebacks.py, a region at a time.
+#: end, a rich frame (`config.py:891 in _batch_assertion`), pytest's (`config.py:891: in f`), IPython 8's (`File …py:5`).
+#: What it finds is read by tracebacks.py, a region at a time.
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
-    rb"|terminate called after throwing an instance of|cannot import name '?\w+'? from '?[A-Za-z_]"
+    rb"|terminate called after throwing an instance of|cannot import name '?\w+'? from '?[A-Za-z_]|'[A-Za-z_]\w{0,200}' object has no attribute '\w"
     rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
-    rb"|\.py:\d+:? in \w+|\.py:\d+:[ \t]*(?m:$)|\.py: *" + "│".encode() + rb"|\.py\\?\", line \d+|\.py\]?(?:\([^)\n]{0,200}\))? in [\w<]"
+    rb"|File (?:[A-Za-z]:|~)?[^\s,\"]{0,1000}\.py:\d+|Cell In ?\[\d*\], line \d+"
+    rb"|\.py:\d+:? in [\w<]|\.py:\d+:[ \t]*(?m:$)|\.py: *" + "│".encode() + rb"|\.py\\?\", line \d+|\.py\]?(?:\([^)\n]{0,200}\))? in [\w<]"
 )
 # a metrics table's header (a notebook's Trainer output, markdown or columns): `Step | Training Loss | reward_std | …`
 _TABLE = rb"(?mi)^[ \t|>]*step[ \t]*(?:\||\t|  )[^\n]*(?:loss|reward|grad[ _]norm)[^\n]*$"

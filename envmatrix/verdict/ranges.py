@@ -9,7 +9,7 @@ from dataclasses import dataclass
 #: A package's statement of what it needs and what it found, in the forms packages print it: pip's resolver (`trl 0.19.1
 #: requires transformers>=4.46.0, but you have transformers 4.44.2`), transformers' dependency check (`huggingface-hub>=0.34.0,
 #: <1.0 is required for a normal functioning of this module, but found huggingface-hub==1.2.3`), a trainer's range (`supports
-#: vLLM versions from 0.22.0 to 0.31.0. You have 0.32.0`), and the plain `requires X>=N ... but ... N`.
+#: vLLM versions from 0.22.0 to 0.31.0. You have 0.32.0`), an example's minimum version, and the plain `requires X>=N ... but ... N`.
 _RANGES = (
     re.compile(
         r"(?P<who>[\w.-]+) v?[\d.]+\w* requires (?P<pkg>[\w.-]+)(?P<spec>[<>=!~]=?[^,\s]+(?:,[<>=!~]=?[^,\s]+)*), "
@@ -28,6 +28,13 @@ _RANGES = (
     re.compile(
         r"(?:(?P<who>[\w.-]+)\s+(?:currently\s+)?(?:only\s+)?)?supports?\s+(?P<pkg>[\w.-]+)\s+versions?:?\s+`?(?P<list>v?\d[\w.]*(?:`?,\s*`?v?\d[\w.]*)*)`?"
         r".{0,80}?(?:you have|found|installed)\s+(?:version\s+)?(?P<found>v?\d[\w.+]*)",
+        re.I,
+    ),
+    # transformers' and diffusers' check_min_version: `This example requires a minimum version of 4.40.0, but the version
+    # found is 4.39.1` / `requires a source install from HuggingFace Transformers (see …), but the version found is …`
+    re.compile(
+        r"requires a (?:minimum version of (?:(?P<named>[A-Za-z][\w.-]*) )?(?P<min>v?\d[\w.]*)|source install from (?:HuggingFace |🤗 )?"
+        r"(?P<src>[A-Za-z][\w-]*))\b.{0,240}?\bbut the version found is (?P<found>v?\d[\w.+]*)",
         re.I,
     ),
     re.compile(
@@ -58,6 +65,10 @@ def read_range(text: str) -> Range | None:
     for pattern in _RANGES:
         if m := pattern.search(text):
             groups = m.groupdict()
+            if "src" in groups:  # check_min_version: the package is named, or is the one whose frame raised ('')
+                package = (groups.get("named") or groups.get("src") or "").lower()
+                needed = f">={groups['min'].rstrip('.')}" if groups.get("min") else f">{groups['found'].rstrip('.')}"  # a source install
+                return Range(package, needed, groups["found"].rstrip("."), "", text.strip()[:400])
             if groups.get("spec"):
                 needed = groups["spec"].replace(" ", "")
             elif groups.get("lo"):

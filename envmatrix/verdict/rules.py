@@ -106,6 +106,7 @@ VOCABULARY: dict[str, Callable[[], str]] = {
         r"(?:supports?|compatible with|requires?|required|needs?)[^\n]{0,120}?(?:[<>=!~]=?\s*\d[\w.]*|from \d[\w.]* to \d[\w.]*)"
         r"[^\n]{0,160}?(?:\bbut\b|you have|found|got|installed|current)[^\n]{0,60}?\d[\w.]*"
         r"|[\w.-]+\s*[<>=!~]=\s*\d[\w.,<>=*]*\s+(?:is|are) required[^\n]{0,160}?\bbut (?:found|got|you have)"
+        r"|requires a (?:minimum version of|source install)[^\n]{0,240}?\bbut the version found is \d[\w.]*"  # check_min_version
     ),
     "not_installed": lambda: (
         r"(?:is|are) not installed|not installed\b|(?:is|are) not available|could not be (?:found|imported)|not found in your envir"

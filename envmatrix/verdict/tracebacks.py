@@ -41,6 +41,11 @@ _CUT_FRAME = re.compile(r'(?P<path>[^"\s]{0,1000}[/\\][^"\s/\\]{1,200}\.py)", li
 #: IPython's frame (`/usr/lib/python3/dist-packages/peft/peft_model.py in <module>`, a notebook's `[path](url) in f`), and
 #: the numbered source lines under it (`---> 38 from transformers import …`).
 _IPYTHON = re.compile(r"\[?(?P<path>(?:[A-Za-z]:|~)?[/\\][^\s\[\]()]{1,1000}\.py)\]?(?:\([^)\s]{0,400}\))?\s+in\s+(?P<func>[\w<>.]{1,200})(?:\(.*\))?$")
+#: IPython 8's traceback: its header (`TypeError    Traceback (most recent call last)`), a notebook cell's frame (`Cell In[38],
+#: line 2`: the user's code) and a file's (`File /…/trainer.py:123, in Trainer.__init__(self, …)`).
+_IPYTHON_HEAD = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*\s{2,}Traceback \(most recent call last\)")
+_IPYTHON_CELL = re.compile(r"Cell In\s?\[\d*\],\s*line (?P<line>\d+)")
+_IPYTHON_FILE = re.compile(r"File (?P<path>(?:[A-Za-z]:|~)?[^\s,]{0,1000}\.py):(?P<line>\d+)(?:, in (?P<func>[\w<>.]{1,200}))?")
 #: A lazy module's wrapper (transformers' `_LazyModule`): its message's next line is the inner error, raised importing MODULE.
 _LAZY = re.compile(r"Failed to import (?P<module>[A-Za-z_][\w.]*) because of the following error")
 #: Library exception types that subclass a builtin one and stand in for it where they are raised: torch < 1.8's
@@ -69,6 +74,7 @@ _RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.
 #: Python's ImportError message printed alone (no type, no traceback: a launcher or a user's quote kept only the message):
 #: it is that ImportError, marked `bare`.
 _BARE_IMPORT = re.compile(r"cannot import name '?\w+'? from '?[A-Za-z_][\w.]*'?(?:\s*\([^)\n]*\))?\s*$")
+_BARE_ATTRIBUTE = re.compile(r"'[A-Za-z_]\w{0,200}' object has no attribute '\w{1,200}'")
 #: A line of code (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))`): what a frame's source
 #: line looks like when an excerpt kept it without its `File` line.
 _CODE = re.compile(r"^[\w.\[\]]+\s*(?:=|\()|^(?:return|yield|await)\s+\w")
@@ -79,6 +85,9 @@ PROGRESS = re.compile(r"^\d{1,3}%\||\d(?:it/s|s/it)[\],]")
 _CXX = re.compile(r"terminate called after throwing an instance of '(?P<type>[\w:<>]{1,200})'")
 _WHAT = re.compile(r"^what\(\):\s*")
 _FATAL = re.compile(r"Fatal Python error: (?P<value>.{1,400})")
+#: Folders of a package's source checkout that hold scripts, not the package (`transformers/examples/…/run_clm.py` is the
+#: user's script run from a checkout, not transformers' code).
+_CHECKOUT_SCRIPTS = frozenset({"examples", "example", "benchmarks", "benchmark", "scripts", "tests", "test", "docs", "tools"})
 _STDLIB = re.compile(r"[/\\]lib[/\\]python\d\.\d+[/\\](?!site-packages|dist-packages)|^<frozen |^<string>$")
 
 
@@ -185,7 +194,7 @@ def frame_of(path: str, line: int | None, function: str) -> Frame:
         if _STDLIB.search(path):
             return Frame(path, line, function, "python", _module(parts[-1:]))
         for i in range(len(parts) - 2, -1, -1):
-            if stack_package(parts[i]):
+            if stack_package(parts[i]) and parts[i + 1] not in _CHECKOUT_SCRIPTS:
                 package, module_parts = parts[i], parts[i:]
                 break
     if not package:
@@ -230,6 +239,7 @@ class _Stream:
     ipython: bool = False  # the traceback is IPython's (numbered source lines under each frame)
     headless: bool = False  # frames read without a `Traceback` header before them
     code: tuple[str, int] | None = None  # the last line read that looks like code, not consumed otherwise, and its number
+    first_line: int = 0  # the log line of the first frame of the traceback under construction
 
 
 class Reader:
@@ -241,10 +251,12 @@ class Reader:
         self.tail: list[Raised] = []
         self.seen = 0
         self.message_at: tuple[str, int] | None = None  # (stream, line) of the last line that was an exception's message
+        self.line_no = 0  # the line being read
 
     def feed(self, logical: Logical, line_no: int) -> bool:
         """Read one line; True when it was part of a traceback or an exception (the scanner stops a region after a few
         lines that are not)."""
+        self.line_no = line_no
         wrapped = self._wrapped(logical, line_no)
         if wrapped is not None:
             self._join(wrapped, logical.text, line_no)
@@ -264,6 +276,16 @@ class Reader:
         if text.lstrip("`'\"").startswith(_TRACEBACK):  # also inside a quote a user pasted it in
             st.value_lines = 0
             st.frames, st.in_traceback, st.after_frame, st.fatal, st.headless = [], True, False, None, False
+            return True
+        if text[:1].isupper() and _IPYTHON_HEAD.match(text):
+            st.value_lines = 0
+            st.frames, st.in_traceback, st.after_frame, st.fatal, st.headless, st.ipython = [], True, False, None, False, True
+            return True
+        if text[:1] in "CF" and (m := _IPYTHON_CELL.match(text) or _IPYTHON_FILE.match(text)):
+            st.value_lines, st.frame_line = 0, line_no
+            path = m.groupdict().get("path") or "<notebook cell>"
+            self._frame(st, frame_of(path, int(m.group("line")), m.groupdict().get("func") or "<module>"))
+            st.after_frame, st.ipython = False, True
             return True
         if text.startswith(_CAUSE):
             st.value_lines, st.cause_next = 0, True
@@ -319,8 +341,13 @@ class Reader:
         if glued := _GLUED.search(text):
             self._raise(st, glued, glued.group(0), line_no, logical.stream, logical.logged)
             return True
-        lazy = _LAZY.search(st.last.value) if st.last is not None and st.last.line_no >= line_no - 1 else None
+        # the wrapper's message right above (its lines included: wrappers nest, `Failed to import A …` / `Failed to import
+        # B …`): the innermost names the module whose import failed
+        near = st.last is not None and (st.last.line_no >= line_no - 1 or self.message_at == (stream, line_no - 1))
+        lazy = next(reversed(list(_LAZY.finditer(st.last.value))), None) if near and st.last is not None else None
         bare = "ImportError" if text.startswith("cannot import name") and _BARE_IMPORT.match(text) else ""
+        if not bare and not st.in_traceback and text[:1] == "'" and _BARE_ATTRIBUTE.fullmatch(text):
+            bare = "AttributeError"  # the message alone, quoted as users paste it: `'LLMEngine' object has no attribute 'x'`
         if lazy and not bare and _INNER_ATTRIBUTE.match(text):
             bare = "AttributeError"  # the wrapper prints its inner error's message without the type: the message says it
         if bare:
@@ -384,6 +411,7 @@ class Reader:
     def _frame(self, st: _Stream, frame: Frame) -> None:
         if st.fatal is None and not st.in_traceback:
             st.frames, st.in_traceback, st.headless = [], True, True  # frames without a header (an excerpt that starts mid-traceback)
+            st.first_line = self.line_no
         if len(st.frames) < MAX_FRAMES:
             if st.fatal is not None:
                 st.frames.insert(0, frame)  # faulthandler prints the most recent call first
@@ -440,7 +468,16 @@ class Reader:
         """The exceptions read, in the order printed (the first and the last MAX_EXCEPTIONS // 2 when there were more).
         A traceback cut before its exception line (an excerpt, a killed process) still says where it was: it is kept as an
         exception of unknown type (`truncated`)."""
-        cut = [self._cut(name, st) for name, st in self.streams.items() if st.in_traceback and st.frames and st.fatal is None]
+        cut = []
+        for name, st in self.streams.items():
+            if not (st.in_traceback and st.frames and st.fatal is None):
+                continue
+            last = st.last
+            if st.headless and last is not None and not last.frames and 0 < st.first_line - last.line_no <= 3:
+                # the exception line pasted above its own traceback (a user's quote, then the trace): its frames
+                self._replace(last, replace(last, frames=tuple(st.frames), headless=True))
+                continue
+            cut.append(self._cut(name, st))
         return (*self.head, *self.tail, *cut)
 
     @staticmethod
