@@ -396,7 +396,7 @@ def test_k8s_schema_check_is_real(matrix: Callable[..., Path]) -> None:
 
 
 def test_k8s_refuses_another_backend(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--backend", "docker", "--dry-run"]) == 2
+    assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--backend", "venv", "--dry-run"]) == 2
     assert "host backend" in capsys.readouterr().err
     assert main(["submit", "github", "--file", str(matrix()), "--profile", "gpu", "--build"]) == 2
 
@@ -515,3 +515,94 @@ def test_cli_schedule(matrix: Callable[..., Path], tmp_path: Path, capsys: pytes
     assert main(["submit", "slurm", "--schedule", "0 6 * * 1", "--file", str(path), "--profile", "gpu", "--gpu", "A100", "--out", str(out_dir),
                  "--reports", str(tmp_path / "reports")]) == 0  # fmt: skip
     assert (out_dir / "watch.sh").is_file() and (out_dir / "watch.scrontab").is_file() and (tmp_path / "reports" / "slurm-logs").is_dir()
+
+
+# ---- kubernetes, docker backend: the node's engine through its socket ---------------------------------------
+
+
+def docker_pods(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d["spec"]["template"]["spec"] for d in docs]
+
+
+def socket_problems(pod: dict[str, Any], reports: str, gid: int, *, cells: bool = True) -> list[str]:
+    """What a docker-backend pod lacks: the engine's socket (hostPath of type Socket, same path), its group, and the
+    reports folder as a hostPath mounted at its own path (the engine mounts it into cells' containers by name)."""
+    box = pod["containers"][0]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in box["volumeMounts"]}
+    problems = []
+    if volumes.get("reports", {}).get("hostPath", {}).get("path") != reports or mounts.get("reports") != reports:
+        problems.append("reports is not the node folder mounted at its own path")
+    if {"name": "TMPDIR", "value": f"{reports}/.tmp"} not in box.get("env", []):
+        problems.append("TMPDIR is not under the node folder")
+    if cells:
+        sock = [n for n, v in volumes.items() if v.get("hostPath") == {"path": "/var/run/docker.sock", "type": "Socket"}]
+        if len(sock) != 1 or mounts.get(sock[0]) != "/var/run/docker.sock":
+            problems.append("no docker.sock hostPath of type Socket mounted at /var/run/docker.sock")
+        if gid not in pod["securityContext"].get("supplementalGroups", []):
+            problems.append("the socket's group is not a supplemental group")
+        if "--backend docker" not in box["command"][2] or 'mkdir -p "$TMPDIR"' not in box["command"][2]:
+            problems.append("the command does not run the docker backend")
+    return problems
+
+
+def test_k8s_docker_backend_from_the_repositorys_matrix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """matrix.yaml as shipped, --backend docker: every Job validates, mounts the socket and the node folder at the
+    same path, keeps its GPU request (the scheduler places it, the device plugin picks the GPUs the runner hands the
+    engine) and the report Job reads the same node folder without the socket."""
+    kv = pytest.importorskip("kubernetes_validate")
+    args = ["submit", "k8s", "--file", str(ROOT / "matrix.yaml"), "--profile", "gpu", "--backend", "docker", "--docker-gid", "998"]
+    assert main([*args, "--reports", "/var/lib/envmatrix", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "jobs.yaml").read_text()
+    jobs = list(yaml.safe_load_all(text))
+    report = yaml.safe_load((tmp_path / "report.yaml").read_text())
+    for doc in [*jobs, report]:
+        kv.validate(doc, "1.30.0", strict=True)
+    assert "root on the node" in text and "install -d -o 1000 -g 1000 /var/lib/envmatrix" in text
+    for pod in docker_pods(jobs):
+        assert socket_problems(pod, "/var/lib/envmatrix", 998) == []
+        assert int(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+    (rpod,) = docker_pods([report])
+    assert socket_problems(rpod, "/var/lib/envmatrix", 998, cells=False) == []
+    assert "docker-socket" not in {v["name"] for v in rpod["volumes"]}, "the report Job needs no engine"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda pod: pod["volumes"].pop(),  # no socket volume
+        lambda pod: pod["volumes"][-1]["hostPath"].pop("type"),  # a socket path that could be anything
+        lambda pod: pod["containers"][0]["volumeMounts"][0].update(mountPath="/envmatrix"),  # not the same path
+        lambda pod: pod["volumes"].__setitem__(0, {"name": "reports", "persistentVolumeClaim": {"claimName": "x"}}),
+        lambda pod: pod["securityContext"].pop("supplementalGroups"),
+    ],
+)
+def test_k8s_docker_check_fails_without_socket_or_same_path(matrix: Callable[..., Path], breakage: Callable[[dict[str, Any]], Any]) -> None:
+    spec = load(matrix(with_scheduler()))
+    run_args = ["--file", "m.yaml", "--profile", "gpu", "--backend", "docker", "--reports", "/srv/em"]
+    f = fanout(spec, "gpu", expand(spec, "gpu"), run_args=run_args, reports="/srv/em")
+    pod = docker_pods(list(yaml.safe_load_all(k8s.manifests(f, "0123456789ab", 1001)["jobs.yaml"])))[0]
+    assert socket_problems(pod, "/srv/em", 1001) == []
+    breakage(pod)
+    assert socket_problems(pod, "/srv/em", 1001) != []
+
+
+@pytest.mark.parametrize(
+    ("extra", "expect"),
+    [
+        (["--reports", "/srv/em"], "--docker-gid"),
+        (["--reports", "reports", "--docker-gid", "998"], "absolute folder on the nodes"),
+        (["--reports", "/srv/../etc", "--docker-gid", "998"], "absolute folder on the nodes"),
+    ],
+)
+def test_k8s_docker_backend_needs_a_node_folder_and_the_socket_group(
+    matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str], extra: list[str], expect: str
+) -> None:
+    assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--backend", "docker", *extra, "--dry-run"]) == 2
+    assert expect in capsys.readouterr().err
+
+
+def test_docker_gid_only_with_the_docker_backend_on_k8s(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--docker-gid", "998", "--dry-run"]) == 2
+    assert "--docker-gid is for" in capsys.readouterr().err
