@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
-from ..submit import SubmitError, fanout, too_long, write_files
+from ..submit import SubmitError, fanout, too_long, too_short, write_files
 from ..submit import github as gh_submit
 from ..submit import k8s as k8s_submit
 from ..submit import slurm as slurm_submit
@@ -105,7 +105,7 @@ def handle(args: argparse.Namespace) -> int:
             f"each asks {n.gpus} GPUs, {n.cpus} cores, {n.mem_gb} GB, {n.minutes} min",
             file=sys.stderr,
         )
-    for line in too_long(f):
+    for line in [*too_long(f), *too_short(f)]:
         warn(line)
     if args.dry_run:
         for name, text in files.items():

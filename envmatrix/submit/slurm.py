@@ -30,12 +30,14 @@ def _envmatrix(python: str, argv: list[str]) -> str:
 
 
 def options(job: GpuJob) -> list[tuple[str, str | None]]:
-    """The allocation of each task: partition and constraint where the profile names them, the GPUs its widest
-    cell needs (`--gres=gpu:N`, or the profile's gres), cores, memory and a time limit sized from the plan."""
+    """The allocation of each task: partition, account and constraint where the profile names them, the GPUs its
+    widest cell needs (`--gres=gpu:N`, or the profile's gres), cores, memory and a time limit sized from the plan
+    (or the profile's `cpus`, `memory`, `minutes`)."""
     needs = job.needs
     gres = job.target.gres or (f"gpu:{needs.gpus}" if needs.gpus else None)
     return [
         ("partition", job.target.partition),
+        ("account", job.target.account),
         ("gres", gres),
         ("constraint", job.target.constraint),
         ("cpus-per-task", str(needs.cpus)),
@@ -151,7 +153,7 @@ def watch_files(job: WatchJob, *, folder: str, cwd: str, python: str = sys.execu
         "",
     ]
     gres = job.target.gres or (f"gpu:{job.target.gpu_count}" if job.target.gpu_count else None)
-    where = [("partition", job.target.partition), ("gres", gres), ("constraint", job.target.constraint)]
+    where = [("partition", job.target.partition), ("account", job.target.account), ("gres", gres), ("constraint", job.target.constraint)]
     scron = [
         "# Append to your crontab for Slurm (scrontab replaces it whole): scrontab -l > mine; cat watch.scrontab >> mine; scrontab mine",
         f"#SCRON --job-name=envmatrix-watch-{job.profile}-{job.gpu.lower()}",

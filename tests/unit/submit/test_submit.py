@@ -79,6 +79,16 @@ def test_scheduler_section_loads(matrix: Callable[..., Path]) -> None:
         ("shards", 0, "gpus.A100.shards"),
         ("shards", True, "gpus.A100.shards"),
         ("nodes", 2, "unknown key 'nodes'"),
+        ("cpus", 0, "gpus.A100.cpus"),
+        ("cpus", "8", "gpus.A100.cpus"),
+        ("memory", "64Gi", "gpus.A100.memory"),
+        ("memory", "64G; reboot", "gpus.A100.memory"),
+        ("memory", 64, "gpus.A100.memory"),
+        ("memory", "0G", "gpus.A100.memory"),
+        ("minutes", -5, "gpus.A100.minutes"),
+        ("minutes", 30 * 24 * 60 + 1, "gpus.A100.minutes"),
+        ("account", "ml team", "gpus.A100.account"),
+        ("account", "$(id)", "gpus.A100.account"),
     ],
 )
 def test_bad_scheduler_values_are_refused_with_their_path(matrix: Callable[..., Path], where: str, value: Any, expect: str) -> None:
@@ -606,3 +616,52 @@ def test_k8s_docker_backend_needs_a_node_folder_and_the_socket_group(
 def test_docker_gid_only_with_the_docker_backend_on_k8s(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--docker-gid", "998", "--dry-run"]) == 2
     assert "--docker-gid is for" in capsys.readouterr().err
+
+
+# ---- the scheduler section's own sizes: cores, memory, time (and the Slurm account) per GPU type -------------
+
+SIZES = {"cpus": 12, "memory": "1T", "minutes": 95, "account": "ml-team"}
+
+
+def sized_fanout(matrix: Callable[..., Path], reports: str = "/shared/reports", **sizes: Any) -> Fanout:
+    def edit(data: dict[str, Any]) -> None:
+        with_scheduler()(data)
+        data["profiles"]["gpu"]["scheduler"]["gpus"]["H20"].update({**SIZES, **sizes})
+
+    spec = load(matrix(edit))
+    return fanout(spec, "gpu", expand(spec, "gpu"), run_args=["--only", "*/fp32-*", "--reports", reports], reports=reports)
+
+
+def test_sizes_from_the_scheduler_section_reach_every_engine(matrix: Callable[..., Path]) -> None:
+    """H20 names its own cores, memory, time and account; A100 keeps the plan's: Slurm, GitHub and Kubernetes
+    all ask for the same, and the files still pass kubernetes-validate and actionlint."""
+    f = sized_fanout(matrix)
+    a100, h20 = f.jobs
+    assert (h20.needs.cpus, h20.needs.mem_gb, h20.needs.minutes) == (12, 1024, 95) and h20.needs.planned_minutes >= MIN_MINUTES
+    assert (a100.needs.cpus, a100.needs.mem_gb) == (8 * CPUS_PER_GPU, 8 * MEM_GB_PER_GPU) and a100.needs.minutes == a100.needs.planned_minutes
+    lines = slurm.array_script(f, h20, cwd="/w", python="python3").splitlines()
+    for line in ("#SBATCH --cpus-per-task=12", "#SBATCH --mem=1024G", "#SBATCH --time=0-01:35:00", "#SBATCH --account=ml-team"):
+        assert line in lines
+    assert "--account" not in slurm.array_script(f, a100, cwd="/w", python="python3")
+    flow = yaml.safe_load(github.render(f))
+    assert flow["jobs"]["shard-h20"]["timeout-minutes"] == 95 and flow["jobs"]["shard-a100"]["timeout-minutes"] == a100.needs.minutes
+    assert lint_problems(github.render(f), {label for job in f.jobs for label in job.target.labels}) == []
+    kv = pytest.importorskip("kubernetes_validate")
+    docs = k8s_docs(f)
+    for doc in docs:
+        kv.validate(doc, "1.30.0", strict=True)
+    for doc in docs[:-1]:
+        box = doc["spec"]["template"]["spec"]["containers"][0]["resources"]
+        if doc["metadata"]["labels"]["envmatrix/gpu"] == "h20":
+            assert box["requests"]["cpu"] == "12" and box["requests"]["memory"] == box["limits"]["memory"] == "1024Gi"
+            assert doc["spec"]["activeDeadlineSeconds"] == 95 * 60
+        else:
+            assert box["requests"]["cpu"] == str(8 * CPUS_PER_GPU)
+
+
+def test_a_time_limit_below_the_plans_estimate_is_warned_about(matrix: Callable[..., Path]) -> None:
+    from envmatrix.submit import too_short
+
+    short = too_short(sized_fanout(matrix, minutes=MIN_MINUTES - 1))  # the plan never estimates less than MIN_MINUTES
+    assert len(short) == 1 and short[0].startswith("H20: profiles.gpu.scheduler.gpus.H20.minutes is 29, below the plan's estimate")
+    assert too_short(sized_fanout(matrix, minutes=30 * 24 * 60)) == []
