@@ -152,6 +152,7 @@ class Scheduler:
     volume_claim: str = "envmatrix-reports"
     report_partition: str | None = None
     report_labels: tuple[str, ...] = ("ubuntu-latest",)
+    report_account: str | None = None
 
 
 @dataclass(frozen=True)
@@ -602,7 +603,7 @@ _LABEL = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _K8S_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 _K8S_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-SCHEDULER_KEYS = ("gpus", "throttle", "image", "volume_claim", "report_partition", "report_labels")
+SCHEDULER_KEYS = ("gpus", "throttle", "image", "volume_claim", "report_partition", "report_labels", "report_account")
 TARGET_KEYS = ("shards", "partition", "gres", "constraint", "labels", "product", "gpu_count", "cpus", "memory", "minutes", "account")
 #: `memory:` of a scheduler target: whole gigabytes (`64G`) or terabytes (`1T`), as Slurm's --mem writes them.
 _MEMORY = re.compile(r"^([1-9][0-9]{0,4})([GT])$")
@@ -679,6 +680,7 @@ def _scheduler(ck: Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sch
         image = None
     claim = _sched_text(ck, values.get("volume_claim", "envmatrix-reports"), (*path, "volume_claim"), _K8S_NAME, "envmatrix-reports")
     report_partition = _sched_text(ck, values.get("report_partition"), (*path, "report_partition"), _PARTITION, "cpu")
+    report_account = _sched_text(ck, values.get("report_account"), (*path, "report_account"), _ACCOUNT, "ml-team")
     report_labels = _sched_labels(ck, values["report_labels"], (*path, "report_labels")) if "report_labels" in values else ("ubuntu-latest",)
     return Scheduler(
         gpus=targets,
@@ -687,6 +689,7 @@ def _scheduler(ck: Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sch
         volume_claim=claim or "envmatrix-reports",
         report_partition=report_partition,
         report_labels=report_labels,
+        report_account=report_account,
     )
 
 

@@ -61,6 +61,8 @@ def report_script(f: Fanout, *, cwd: str, python: str = sys.executable) -> str:
     lines = ["#!/bin/bash", f"#SBATCH --job-name={f.name()}", f"#SBATCH --time={REPORT_TIME}", "#SBATCH --cpus-per-task=1", f"#SBATCH --mem={REPORT_MEM}"]
     if f.scheduler.report_partition:
         lines.append(f"#SBATCH --partition={f.scheduler.report_partition}")
+    if f.scheduler.report_account:
+        lines.append(f"#SBATCH --account={f.scheduler.report_account}")
     lines += [f"#SBATCH --output={logs(f)}/report-%j.log", "", "set -euo pipefail", f"cd {quote([cwd])}"]
     return "\n".join([*lines, "exec " + _envmatrix(python, ["report", "--results", f"{f.reports}/results", "--out", f.reports]), ""])
 

@@ -99,11 +99,14 @@ def test_a_docker_backend_pod_runs_its_cells_on_the_nodes_engine(tmp_path: Path,
     print(built.stdout[-3000:], built.stderr[-3000:])
     assert built.returncode == 0, built.stdout + built.stderr + "".join(p.read_text()[-3000:] for p in (out / "logs").glob("*.log"))
     (job,) = list(yaml.safe_load_all((out / "jobs.yaml").read_text()))
-    # This machine's stand-in for the package index a node reaches: its local wheels (the CPU torch), which the runner
-    # puts in the build context it sends to the engine (plan/install.py), as a team's pod would take its PIP_* settings.
+    # What a team adds to its pods where its nodes reach the index through a proxy: the pip settings and the CA bundle
+    # of this machine (its local wheels hold the CPU torch; its proxy's CA signs pypi.org), which the runner puts into
+    # the build context it sends to the engine (plan/install.py, backends/docker.py), as a node's pod would.
     links = os.environ.get("PIP_FIND_LINKS", "")
     index = tuple(x for k, v in os.environ.items() if k.startswith("PIP_") for x in ("-e", f"{k}={v}"))
     index += tuple(x for d in links.split() if Path(d).is_dir() for x in ("-v", f"{d}:{d}:ro"))
+    ca = Path("/etc/ssl/certs/ca-certificates.crt")  # the runner's CA bundle goes into the builds (backends/docker.py HOST_CA)
+    index += ("-v", f"{ca}:{ca}:ro") if ca.is_file() else ()
     ran = docker_pod(job, index)
     print(ran.stdout[-4000:], ran.stderr[-4000:])
     assert ran.returncode == 0, ran.stdout + ran.stderr

@@ -643,6 +643,8 @@ def test_sizes_from_the_scheduler_section_reach_every_engine(matrix: Callable[..
     for line in ("#SBATCH --cpus-per-task=12", "#SBATCH --mem=1024G", "#SBATCH --time=0-01:35:00", "#SBATCH --account=ml-team"):
         assert line in lines
     assert "--account" not in slurm.array_script(f, a100, cwd="/w", python="python3")
+    assert "--account" not in slurm.report_script(f, cwd="/w")
+
     flow = yaml.safe_load(github.render(f))
     assert flow["jobs"]["shard-h20"]["timeout-minutes"] == 95 and flow["jobs"]["shard-a100"]["timeout-minutes"] == a100.needs.minutes
     assert lint_problems(github.render(f), {label for job in f.jobs for label in job.target.labels}) == []
@@ -665,3 +667,11 @@ def test_a_time_limit_below_the_plans_estimate_is_warned_about(matrix: Callable[
     short = too_short(sized_fanout(matrix, minutes=MIN_MINUTES - 1))  # the plan never estimates less than MIN_MINUTES
     assert len(short) == 1 and short[0].startswith("H20: profiles.gpu.scheduler.gpus.H20.minutes is 29, below the plan's estimate")
     assert too_short(sized_fanout(matrix, minutes=30 * 24 * 60)) == []
+
+
+def test_the_report_job_takes_its_own_account(matrix: Callable[..., Path]) -> None:
+    spec = load(matrix(with_scheduler({"report_account": "ml-team"})))
+    f = fanout(spec, "gpu", expand(spec, "gpu"), run_args=["--reports", "/r"], reports="/r")
+    assert "#SBATCH --account=ml-team" in slurm.report_script(f, cwd="/w").splitlines()
+    with pytest.raises(SpecError, match=r"scheduler\.report_account"):
+        load(matrix(with_scheduler({"report_account": "a;b"})))
