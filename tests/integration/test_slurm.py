@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 import envmatrix.submit as submit_api
+from envmatrix.spec.matrix import load
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "munged", "munge")
@@ -173,7 +174,7 @@ def test_a_teams_own_sizes_from_the_matrix_file_are_accepted_by_a_gpu_node(tmp_p
     for i in range(8):
         os.mknod(dev / f"nvidia{i}", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
     data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    gpus = data["profiles"]["gpu"]["axes"]["gpu"]
+    gpus = load(ROOT / "matrix.yaml").profiles["gpu"].axes["gpu"]
     sizes = {"cpus": 12, "memory": "96G", "minutes": 95, "account": "ml-team"}
     data["profiles"]["gpu"]["scheduler"] = {"gpus": {gpu: dict(sizes) for gpu in gpus}}
     matrix = tmp_path / "matrix.yaml"
