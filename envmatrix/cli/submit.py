@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
-from ..submit import SubmitError, fanout, too_long, write_files
+from ..submit import SubmitError, fanout, too_long, too_short, write_files
 from ..submit import github as gh_submit
 from ..submit import k8s as k8s_submit
 from ..submit import slurm as slurm_submit
@@ -32,6 +32,13 @@ def add_parser(sub: options.Subparsers) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the generated files; write and submit nothing")
     p.add_argument("--submit", action="store_true", help="slurm: submit the arrays and the report job with sbatch")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the report job, print where the merged report is")
+    p.add_argument(
+        "--docker-gid",
+        type=int,
+        metavar="GID",
+        help="k8s with --backend docker: the group id of /var/run/docker.sock on the GPU nodes (stat -c %%g), given to the pods "
+        "(the socket is root on the node: see docs/gpu-runners.md)",
+    )
     p.add_argument("--build", action="store_true", help="k8s: build the runner images the Jobs name (Docker; then push them where the cluster pulls)")
     p.add_argument(
         "--schedule",
@@ -58,8 +65,13 @@ def handle(args: argparse.Namespace) -> int:
         raise InputError("--propose goes with --schedule: the scheduled watch proposes the change")
     if args.engine != "slurm" and (args.submit or args.wait):
         raise InputError(f"--submit and --wait are for slurm; for {args.engine}, commit or apply the files written (see docs/gpu-runners.md)")
-    if args.engine == "k8s" and args.backend not in ("auto", "host"):
-        raise InputError(f"--backend {args.backend}: Kubernetes pods run their environment's cells with the host backend, in its runner image")
+    if args.engine == "k8s" and args.backend not in ("auto", "host", "docker"):
+        raise InputError(
+            f"--backend {args.backend}: Kubernetes pods run their environment's cells with the host backend in its runner image, "
+            "or with docker on the node's engine (--backend docker)"
+        )
+    if args.docker_gid is not None and (args.engine != "k8s" or args.backend != "docker"):
+        raise InputError("--docker-gid is for submit k8s --backend docker: the group of the nodes' docker.sock")
     if args.build and (args.engine != "k8s" or args.dry_run):
         raise InputError("--build builds the runner images of submit k8s; it writes, so not with --dry-run")
     if args.wait and not args.submit:
@@ -70,7 +82,9 @@ def handle(args: argparse.Namespace) -> int:
     slurm = args.engine == "slurm"
     # Slurm tasks run on a shared file system from this folder: absolute paths. Elsewhere: the checkout's or the volume's.
     file_, reports = (str(Path(args.file).resolve()), str(Path(args.reports).resolve())) if slurm else (args.file, args.reports)
-    if args.engine == "k8s" and not Path(reports).is_absolute():
+    if args.engine == "k8s" and args.backend == "docker":
+        k8s_submit.docker_socket(reports, args.docker_gid)  # a node folder the engine sees by the same name
+    elif args.engine == "k8s" and not Path(reports).is_absolute():
         reports = f"{k8s_submit.MOUNT}/{reports}"  # on the shared volume; the matrix file comes with the image
     run_args = ["--file", file_, "--profile", profile, *_pairs("--only", args.only), *_pairs("--skip", args.skip)]
     run_args += ["--backend", args.backend, *(["--jobs", str(args.jobs)] if args.jobs else []), "--timeout", f"{args.timeout:g}", "--reports", reports]
@@ -81,7 +95,7 @@ def handle(args: argparse.Namespace) -> int:
         files = {f"envmatrix-{profile}.yml": gh_submit.render(f)}
     else:
         digest = k8s_submit.source_digest(args.file)
-        files = k8s_submit.manifests(f, digest)
+        files = k8s_submit.manifests(f, digest, args.docker_gid)
         print(f"{len(k8s_submit.images(f, digest))} runner images ({k8s_submit.repository(f)}:*), one per environment", file=sys.stderr)
     for job in f.jobs:
         sizes = ", ".join(str(len(s)) for s in job.shards)
@@ -91,7 +105,7 @@ def handle(args: argparse.Namespace) -> int:
             f"each asks {n.gpus} GPUs, {n.cpus} cores, {n.mem_gb} GB, {n.minutes} min",
             file=sys.stderr,
         )
-    for line in too_long(f):
+    for line in [*too_long(f), *too_short(f)]:
         warn(line)
     if args.dry_run:
         for name, text in files.items():

@@ -134,6 +134,12 @@ class GpuTarget:
     labels: tuple[str, ...] = ()
     product: str | None = None
     gpu_count: int = 0
+    #: A team's own size for each shard of this GPU type, over what the plan computes (submit/__init__.py resources()):
+    #: cores, memory in GB, a time limit in minutes; None where the plan's figure stands. And the Slurm account.
+    cpus: int | None = None
+    mem_gb: int | None = None
+    minutes: int | None = None
+    account: str | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,7 @@ class Scheduler:
     volume_claim: str = "envmatrix-reports"
     report_partition: str | None = None
     report_labels: tuple[str, ...] = ("ubuntu-latest",)
+    report_account: str | None = None
 
 
 @dataclass(frozen=True)
@@ -593,10 +600,15 @@ _PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}(,[A-Za-z0-9_.-]{1,64})*$")
 _GRES = re.compile(r"^[A-Za-z0-9_.-]{1,64}(:[A-Za-z0-9_.-]{1,64}){0,2}(,[A-Za-z0-9_.-]{1,64}(:[A-Za-z0-9_.-]{1,64}){0,2})*$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-\[\]*&|:]{1,200}$")
 _LABEL = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _K8S_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 _K8S_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-SCHEDULER_KEYS = ("gpus", "throttle", "image", "volume_claim", "report_partition", "report_labels")
-TARGET_KEYS = ("shards", "partition", "gres", "constraint", "labels", "product", "gpu_count")
+SCHEDULER_KEYS = ("gpus", "throttle", "image", "volume_claim", "report_partition", "report_labels", "report_account")
+TARGET_KEYS = ("shards", "partition", "gres", "constraint", "labels", "product", "gpu_count", "cpus", "memory", "minutes", "account")
+#: `memory:` of a scheduler target: whole gigabytes (`64G`) or terabytes (`1T`), as Slurm's --mem writes them.
+_MEMORY = re.compile(r"^([1-9][0-9]{0,4})([GT])$")
+#: The longest time limit a target may name (30 days); GitHub caps a job at 5 days (submit/__init__.py).
+MAX_MINUTES = 30 * 24 * 60
 
 
 def _sched_text(ck: Checker, value: Any, path: Path_, pattern: re.Pattern[str], example: str) -> str | None:
@@ -617,6 +629,17 @@ def _sched_int(ck: Checker, value: Any, path: Path_, lo: int, hi: int) -> int | 
 
 def _sched_labels(ck: Checker, value: Any, path: Path_) -> tuple[str, ...]:
     return ck.string_list(value, path, lambda v: None if _LABEL.fullmatch(v) else f"runner label '{v}' must be letters, digits, '.', '_' or '-'")
+
+
+def _sched_memory(ck: Checker, value: Any, path: Path_) -> int | None:
+    """`64G` or `1T` → GB; None (and an error) for anything else, such as `64Gi`, `64000M` or a bare number."""
+    if value is None:
+        return None
+    found = _MEMORY.fullmatch(value) if isinstance(value, str) else None
+    if found is None:
+        ck.err(path, f"{value!r} is not a memory size: write whole gigabytes or terabytes such as 64G or 1T")
+        return None
+    return int(found[1]) * (1024 if found[2] == "T" else 1)
 
 
 def default_labels(gpu: str) -> tuple[str, ...]:
@@ -645,6 +668,10 @@ def _scheduler(ck: Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sch
                 labels=_sched_labels(ck, t["labels"], (*gpath, "labels")) if "labels" in t else default_labels(gpu),
                 product=_sched_text(ck, t.get("product"), (*gpath, "product"), _K8S_LABEL_VALUE, "NVIDIA-A100-SXM4-80GB"),
                 gpu_count=_sched_int(ck, t.get("gpu_count", 0 if gpu == "cpu" else 1), (*gpath, "gpu_count"), 0, 64) or 0,
+                cpus=_sched_int(ck, t["cpus"], (*gpath, "cpus"), 1, 1024) if "cpus" in t else None,
+                mem_gb=_sched_memory(ck, t.get("memory"), (*gpath, "memory")),
+                minutes=_sched_int(ck, t["minutes"], (*gpath, "minutes"), 1, MAX_MINUTES) if "minutes" in t else None,
+                account=_sched_text(ck, t.get("account"), (*gpath, "account"), _ACCOUNT, "ml-team"),
             )
     throttle = _sched_int(ck, values["throttle"], (*path, "throttle"), 1, 1000) if "throttle" in values else None
     image = values.get("image")
@@ -653,6 +680,7 @@ def _scheduler(ck: Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sch
         image = None
     claim = _sched_text(ck, values.get("volume_claim", "envmatrix-reports"), (*path, "volume_claim"), _K8S_NAME, "envmatrix-reports")
     report_partition = _sched_text(ck, values.get("report_partition"), (*path, "report_partition"), _PARTITION, "cpu")
+    report_account = _sched_text(ck, values.get("report_account"), (*path, "report_account"), _ACCOUNT, "ml-team")
     report_labels = _sched_labels(ck, values["report_labels"], (*path, "report_labels")) if "report_labels" in values else ("ubuntu-latest",)
     return Scheduler(
         gpus=targets,
@@ -661,6 +689,7 @@ def _scheduler(ck: Checker, raw: Any, path: Path_, gpus: tuple[str, ...]) -> Sch
         volume_claim=claim or "envmatrix-reports",
         report_partition=report_partition,
         report_labels=report_labels,
+        report_account=report_account,
     )
 
 

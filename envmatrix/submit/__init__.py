@@ -53,6 +53,8 @@ class Resources:
     cpus: int
     mem_gb: int
     minutes: int
+    #: What the plan's size gives for `minutes` where the profile's scheduler section sets its own.
+    planned_minutes: int = 0
 
     @property
     def slurm_time(self) -> str:
@@ -74,12 +76,14 @@ def shard_minutes(cells: tuple[Cell, ...], slots: int, cell_timeout: float) -> i
 
 def resources(gpu: str, target: GpuTarget, shards: tuple[tuple[Cell, ...], ...], cell_timeout: float) -> Resources:
     """A GPU type's requests: the GPUs its widest planned cell needs (at least what the target names), cores and
-    memory per GPU, and the time of its heaviest shard."""
+    memory per GPU, and the time of its heaviest shard; the profile's scheduler section (`cpus`, `memory`,
+    `minutes` of the GPU type) overrides each of the last three, for every engine."""
     need = max((c.scenario.world_size for s in shards for c in s if c.status == PLANNED), default=1)
     gpus = 0 if gpu == "cpu" else max(target.gpu_count, need)
     cpus, mem = (gpus * CPUS_PER_GPU, gpus * MEM_GB_PER_GPU) if gpus else (CPU_JOB_CPUS, CPU_JOB_MEM_GB)
-    minutes = max(shard_minutes(s, gpus or cpus, cell_timeout) for s in shards)
-    return Resources(gpus, cpus, mem, minutes)
+    cpus, mem = target.cpus or cpus, target.mem_gb or mem
+    planned = max(shard_minutes(s, gpus or cpus, cell_timeout) for s in shards)
+    return Resources(gpus, cpus, mem, target.minutes or planned, planned)
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,17 @@ def too_long(f: Fanout) -> list[str]:
         f"set profiles.{f.profile}.scheduler.gpus.{job.gpu}.shards above {job.target.shards} to split it"
         for job in f.jobs
         if job.needs.minutes > LONGEST_MINUTES
+    ]
+
+
+def too_short(f: Fanout) -> list[str]:
+    """A line per GPU type whose scheduler section sets a time limit below what the plan estimates: shards may be
+    ended before their last cells (those cells are simply missing; a later submit runs them)."""
+    return [
+        f"{job.gpu}: profiles.{f.profile}.scheduler.gpus.{job.gpu}.minutes is {job.needs.minutes}, below the plan's estimate of "
+        f"{job.needs.planned_minutes} min per shard: the last cells of a shard may be cut off (more shards, or a longer limit)"
+        for job in f.jobs
+        if job.needs.minutes < job.needs.planned_minutes
     ]
 
 

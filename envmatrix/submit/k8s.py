@@ -4,13 +4,22 @@ A runner image (dockerfiles/runner.Dockerfile, built by `envmatrix submit k8s --
 environment's probe image with envmatrix and the matrix file added: its pod runs that environment's cells with the
 host backend, in the interpreter that holds the stack under test, so a cluster needs no Docker engine and no
 privileges. Records go to the PersistentVolumeClaim; the report Job renders them once the Jobs have completed.
+
+With `--backend docker` the pod instead drives the node's own Docker engine through its socket (hostPath
+/var/run/docker.sock): the engine builds the probe images and runs the cells in containers, as on a workstation.
+Everything the backend bind-mounts into those containers (the reports folder, TMPDIR's fork-helper sockets) must be
+a path the engine sees under the same name, so the reports folder is a hostPath mounted at its own path, never the
+claim. The pod still requests its GPUs: the scheduler places it on a node with free ones and the device plugin
+gives it those, which are the only ones its nvidia-smi lists, so the runner hands the engine exactly their UUIDs
+(host/gpus.py). A docker socket is root on the node: whoever can create these pods owns the node.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -32,6 +41,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 UID = 1000
 #: NCCL's shared-memory transport needs more than the 64 MB a container gets: a memory-backed /dev/shm per GPU.
 SHM_GB_PER_GPU = 8
+#: The node's Docker engine, mounted into a docker-backend pod at the same path (docker-py's default).
+DOCKER_SOCKET = "/var/run/docker.sock"
 _SECURITY = {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 _TAG = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -46,11 +57,11 @@ def repository(f: Fanout) -> str:
 
 
 def source_digest(matrix_file: str) -> str:
-    """12 hex over envmatrix's version, its package and probe files and the matrix file: what a runner image holds
+    """12 hex over envmatrix's version, its package, probe and Dockerfile files and the matrix file: what a runner image holds
     beside its probe image, so a changed checkout or matrix names new images (a node never runs a stale one)."""
     root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256(__version__.encode())
-    for path in sorted([*(root / "envmatrix").rglob("*"), *(root / "probes").rglob("*")]):
+    for path in sorted([*(root / "envmatrix").rglob("*"), *(root / "probes").rglob("*"), *(root / "dockerfiles").rglob("*")]):
         if path.is_file() and "__pycache__" not in path.parts:
             h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     h.update(Path(matrix_file).read_bytes())
@@ -84,13 +95,47 @@ def label(value: str) -> str:
     return value[:63].strip("-_.") or "none"
 
 
+@dataclass(frozen=True)
+class DockerSocket:
+    """The docker backend in the pods: the node's engine socket (its group id lets the pod's user talk to it) and the
+    node folder the reports go to, which the engine and the pod both see at `reports`."""
+
+    gid: int
+    reports: str
+
+
+def backend(f: Fanout) -> str:
+    """The backend the pods run their cells with: `docker` when the shards were given `--backend docker`, else host."""
+    pairs = dict(zip(f.run_args[::2], f.run_args[1::2], strict=False))
+    return "docker" if pairs.get("--backend") == "docker" else "host"
+
+
+def docker_socket(reports: str, gid: int | None) -> DockerSocket:
+    """Check what a docker-backend pod needs (InputError otherwise): an absolute node folder for the reports (the
+    engine mounts it into cells' containers by that name) and the group id of the nodes' docker.sock."""
+    if gid is None:
+        raise InputError(
+            f"submit k8s --backend docker: give --docker-gid, the group id of {DOCKER_SOCKET} on the GPU nodes "
+            f"(stat -c %g {DOCKER_SOCKET}), so the pod's user (uid {UID}) may use the node's engine"
+        )
+    if not 0 <= gid <= 2**31 - 1:
+        raise InputError(f"--docker-gid {gid}: not a group id (0 to 2147483647)")
+    path = PurePosixPath(reports)
+    if not path.is_absolute() or ".." in path.parts or str(path) == "/":
+        raise InputError(
+            f"submit k8s --backend docker: --reports {reports!r} must be an absolute folder on the nodes (such as /var/lib/envmatrix): "
+            "the engine mounts it into each cell's container by that name, so the pod mounts it (hostPath) at the same path"
+        )
+    return DockerSocket(gid, str(path))
+
+
 def _node_selector(f: Fanout, job: GpuJob) -> dict[str, str]:
     if job.target.product:
         return {PRODUCT_LABEL: job.target.product}
     return {GPU_LABEL: label(job.key)}
 
 
-def _pod(f: Fanout, image: str, command: str, job: GpuJob | None, needs: Resources | None) -> dict[str, Any]:
+def _pod(f: Fanout, image: str, command: str, job: GpuJob | None, needs: Resources | None, docker: DockerSocket | None = None) -> dict[str, Any]:
     requests: dict[str, str] = {"cpu": str(needs.cpus), "memory": f"{needs.mem_gb}Gi"} if needs else {"cpu": "1", "memory": "4Gi"}
     limits: dict[str, str] = {"memory": requests["memory"]}
     if needs and needs.gpus:
@@ -117,18 +162,35 @@ def _pod(f: Fanout, image: str, command: str, job: GpuJob | None, needs: Resourc
     }
     if job is not None and job.gpu != "cpu":
         spec["nodeSelector"] = _node_selector(f, job)
+    if docker is not None:
+        _on_the_engine(spec, container, docker, socket=job is not None)
     return {"metadata": {"labels": {"app.kubernetes.io/name": "envmatrix"}}, "spec": spec}
 
 
+def _on_the_engine(spec: dict[str, Any], container: dict[str, Any], docker: DockerSocket, *, socket: bool) -> None:
+    """A docker-backend pod: the reports folder is the node's (hostPath, same path: the engine mounts it into the
+    cells' containers), TMPDIR under it (the fork helper's socket folder is mounted too), and for the cells' pods the
+    engine's socket with its group. The folder must exist, writable by uid 1000 (fsGroup does not reach a hostPath)."""
+    spec["volumes"][0] = {"name": "reports", "hostPath": {"path": docker.reports, "type": "Directory"}}
+    container["volumeMounts"][0] = {"name": "reports", "mountPath": docker.reports}
+    container["env"] = [{"name": "TMPDIR", "value": f"{docker.reports}/.tmp"}]
+    if socket:
+        spec["volumes"].append({"name": "docker-socket", "hostPath": {"path": DOCKER_SOCKET, "type": "Socket"}})
+        container["volumeMounts"].append({"name": "docker-socket", "mountPath": DOCKER_SOCKET})
+        spec["securityContext"]["supplementalGroups"] = [docker.gid]
+
+
 def run_command(f: Fanout, job: GpuJob, env: Environment, cells: list[Cell]) -> str:
-    """`envmatrix run` of one environment's selected cells with the host backend, into the shared volume."""
+    """`envmatrix run` of one environment's selected cells with the pods' backend (host, or docker on the node's
+    engine, which first makes TMPDIR), into the shared volume or the node folder."""
     scenarios = sorted({c.scenario.name for c in cells})
     if len(scenarios) > MAX_EXPANSIONS:
         raise InputError(f"{env.id}: {len(scenarios)} scenarios selected, more than one pattern holds ({MAX_EXPANSIONS}); select fewer with --only")
     only = f"{env.id}/{{{','.join(scenarios)}}}" if len(scenarios) > 1 else f"{env.id}/{scenarios[0]}"
-    argv = ["envmatrix", "run", "--file", MATRIX, "--profile", f.profile, "--gpu", job.gpu, "--only", only, "--backend", "host"]
+    argv = ["envmatrix", "run", "--file", MATRIX, "--profile", f.profile, "--gpu", job.gpu, "--only", only, "--backend", backend(f)]
     argv += [*_passed(f.run_args), "--reports", f.reports]
-    return "exec " + quote(argv)
+    prepare = 'mkdir -p "$TMPDIR" && ' if backend(f) == "docker" else ""
+    return prepare + "exec " + quote(argv)
 
 
 def _passed(run_args: tuple[str, ...]) -> list[str]:
@@ -137,7 +199,7 @@ def _passed(run_args: tuple[str, ...]) -> list[str]:
     return [x for flag, value in pairs if flag in ("--jobs", "--timeout") for x in (flag, value)]
 
 
-def env_job(f: Fanout, job: GpuJob, env: Environment, cells: list[Cell], digest: str) -> dict[str, Any]:
+def env_job(f: Fanout, job: GpuJob, env: Environment, cells: list[Cell], digest: str, docker: DockerSocket | None = None) -> dict[str, Any]:
     """One environment's cells in one pod with the GPUs, cores, memory and time the plan gives them (a Job retried
     once: the records it wrote are kept, the retry runs what is missing)."""
     needs = resources(job.gpu, job.target, (tuple(cells),), f.cell_timeout)
@@ -152,19 +214,19 @@ def env_job(f: Fanout, job: GpuJob, env: Environment, cells: list[Cell], digest:
         "spec": {
             "backoffLimit": 1,
             "activeDeadlineSeconds": needs.minutes * 60,
-            "template": _pod(f, image_ref(f, env, digest), run_command(f, job, env, cells), job, needs),
+            "template": _pod(f, image_ref(f, env, digest), run_command(f, job, env, cells), job, needs, docker),
         },
     }
 
 
-def report_job(f: Fanout, image: str) -> dict[str, Any]:
+def report_job(f: Fanout, image: str, docker: DockerSocket | None = None) -> dict[str, Any]:
     """Renders the merged report from the shared volume; apply it once the environments' Jobs have finished."""
     command = "exec " + quote(["envmatrix", "report", "--results", f"{f.reports}/results", "--out", f.reports])
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": f.name(), "labels": {"app.kubernetes.io/name": "envmatrix", "envmatrix/profile": label(f.profile)}},
-        "spec": {"backoffLimit": 1, "template": _pod(f, image, command, None, None)},
+        "spec": {"backoffLimit": 1, "template": _pod(f, image, command, None, None, docker)},
     }
 
 
@@ -173,9 +235,11 @@ def images(f: Fanout, digest: str) -> dict[str, Environment]:
     return {image_ref(f, env, digest): env for job in f.jobs for env, _cells in environments(job)}
 
 
-def manifests(f: Fanout, digest: str) -> dict[str, str]:
-    """File name → YAML: `jobs.yaml` (a Job per environment) and `report.yaml` (apply after they complete)."""
-    docs = [env_job(f, job, env, cells, digest) for job in f.jobs for env, cells in environments(job)]
+def manifests(f: Fanout, digest: str, docker_gid: int | None = None) -> dict[str, str]:
+    """File name → YAML: `jobs.yaml` (a Job per environment) and `report.yaml` (apply after they complete). With the
+    docker backend, `docker_gid` is the group of the nodes' docker.sock (docker_socket() checks it and the folder)."""
+    docker = docker_socket(f.reports, docker_gid) if backend(f) == "docker" else None
+    docs = [env_job(f, job, env, cells, digest, docker) for job in f.jobs for env, cells in environments(job)]
     if not docs:
         raise InputError(f"profile '{f.profile}': no environment with a planned cell in this selection; see envmatrix plan --profile {f.profile}")
     wait = max(j.needs.minutes for j in f.jobs)
@@ -186,10 +250,19 @@ def manifests(f: Fanout, digest: str) -> dict[str, str]:
             for job in f.jobs
             if job.gpu != "cpu" and not job.target.product
         ),
+        *(
+            [
+                f"# Docker backend: the pods use each node's engine through {DOCKER_SOCKET} (root on the node: whoever can create them owns it);",
+                f"# on every GPU node: Docker with the NVIDIA toolkit, and install -d -o {UID} -g {UID} {f.reports} (on a file system the nodes share,",
+                "# or the report Job sees only its own node's records)",
+            ]
+            if docker
+            else []
+        ),
         f"# kubectl apply -f jobs.yaml && kubectl wait --for=condition=complete --timeout={wait}m job -l envmatrix/profile={label(f.profile)} "
         "&& kubectl apply -f report.yaml",
         "",
     ]
     jobs = yaml.safe_dump_all(docs, sort_keys=False, width=1000)
     report_image = docs[0]["spec"]["template"]["spec"]["containers"][0]["image"]
-    return {"jobs.yaml": "\n".join(head) + jobs, "report.yaml": yaml.safe_dump(report_job(f, report_image), sort_keys=False, width=1000)}
+    return {"jobs.yaml": "\n".join(head) + jobs, "report.yaml": yaml.safe_dump(report_job(f, report_image, docker), sort_keys=False, width=1000)}

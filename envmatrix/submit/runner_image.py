@@ -22,8 +22,9 @@ from . import SubmitError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "dockerfiles" / "runner.Dockerfile"
-#: What `pip install` needs of envmatrix's source: its metadata, the package and the probe beside it.
-SOURCE = ("pyproject.toml", "README.md", "envmatrix", "probes")
+#: What `pip install` needs of envmatrix's source: its metadata, the package and the probe beside it; and the probe
+#: image's Dockerfile and steps, which a pod of `submit k8s --backend docker` builds on its node's engine.
+SOURCE = ("pyproject.toml", "README.md", "envmatrix", "probes", "dockerfiles")
 
 
 class _ImagesOnly(DockerBackend):

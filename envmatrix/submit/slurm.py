@@ -30,12 +30,14 @@ def _envmatrix(python: str, argv: list[str]) -> str:
 
 
 def options(job: GpuJob) -> list[tuple[str, str | None]]:
-    """The allocation of each task: partition and constraint where the profile names them, the GPUs its widest
-    cell needs (`--gres=gpu:N`, or the profile's gres), cores, memory and a time limit sized from the plan."""
+    """The allocation of each task: partition, account and constraint where the profile names them, the GPUs its
+    widest cell needs (`--gres=gpu:N`, or the profile's gres), cores, memory and a time limit sized from the plan
+    (or the profile's `cpus`, `memory`, `minutes`)."""
     needs = job.needs
     gres = job.target.gres or (f"gpu:{needs.gpus}" if needs.gpus else None)
     return [
         ("partition", job.target.partition),
+        ("account", job.target.account),
         ("gres", gres),
         ("constraint", job.target.constraint),
         ("cpus-per-task", str(needs.cpus)),
@@ -59,6 +61,8 @@ def report_script(f: Fanout, *, cwd: str, python: str = sys.executable) -> str:
     lines = ["#!/bin/bash", f"#SBATCH --job-name={f.name()}", f"#SBATCH --time={REPORT_TIME}", "#SBATCH --cpus-per-task=1", f"#SBATCH --mem={REPORT_MEM}"]
     if f.scheduler.report_partition:
         lines.append(f"#SBATCH --partition={f.scheduler.report_partition}")
+    if f.scheduler.report_account:
+        lines.append(f"#SBATCH --account={f.scheduler.report_account}")
     lines += [f"#SBATCH --output={logs(f)}/report-%j.log", "", "set -euo pipefail", f"cd {quote([cwd])}"]
     return "\n".join([*lines, "exec " + _envmatrix(python, ["report", "--results", f"{f.reports}/results", "--out", f.reports]), ""])
 
@@ -151,7 +155,7 @@ def watch_files(job: WatchJob, *, folder: str, cwd: str, python: str = sys.execu
         "",
     ]
     gres = job.target.gres or (f"gpu:{job.target.gpu_count}" if job.target.gpu_count else None)
-    where = [("partition", job.target.partition), ("gres", gres), ("constraint", job.target.constraint)]
+    where = [("partition", job.target.partition), ("account", job.target.account), ("gres", gres), ("constraint", job.target.constraint)]
     scron = [
         "# Append to your crontab for Slurm (scrontab replaces it whole): scrontab -l > mine; cat watch.scrontab >> mine; scrontab mine",
         f"#SCRON --job-name=envmatrix-watch-{job.profile}-{job.gpu.lower()}",

@@ -63,3 +63,57 @@ def test_a_runner_image_runs_its_environments_cells_as_its_pod_would(tmp_path: P
     done = pod(report, volume)
     assert done.returncode == 0, done.stdout + done.stderr
     assert only in (volume / "reports" / "matrix.html").read_text()
+
+
+def docker_pod(manifest: dict[str, Any], extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """A docker-backend Job's container as its pod would run: its image, user and supplemental groups, its hostPath
+    volumes (the engine's socket, the node folder) at the paths the manifest mounts them, its env and command;
+    `extra` docker run options stand for what a team adds to its pods (its package index)."""
+    spec = manifest["spec"]["template"]["spec"]
+    box = spec["containers"][0]
+    sec = spec["securityContext"]
+    argv = ["docker", "run", "--rm", "--user", f"{sec['runAsUser']}:{sec['runAsGroup']}", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    argv += [x for gid in sec.get("supplementalGroups", []) for x in ("--group-add", str(gid))]
+    paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    argv += [x for m in box["volumeMounts"] if m["name"] in paths for x in ("-v", f"{paths[m['name']]}:{m['mountPath']}")]
+    argv += [x for e in box.get("env", []) for x in ("-e", f"{e['name']}={e['value']}")]
+    return subprocess.run([*argv, *extra, box["image"], *box["command"]], capture_output=True, text=True, timeout=2400, check=False)
+
+
+def test_a_docker_backend_pod_runs_its_cells_on_the_nodes_engine(tmp_path: Path, client: Any) -> None:
+    """submit k8s --backend docker, for real: the runner image built, its Job's container run against this machine's
+    engine through the mounted socket (the pod's user in the socket's group) with the node folder mounted at its own
+    path: the engine runs the cell in a probe container, the record lands in the node folder, the report Job renders."""
+    sock = Path("/var/run/docker.sock")
+    if not sock.is_socket():
+        pytest.skip(f"no Docker engine socket at {sock}")
+    gid = sock.stat().st_gid
+    node = tmp_path / "node-folder"  # a folder of the "node" (this machine), as the engine sees it
+    node.mkdir()
+    os.chown(node, 1000, 1000)  # what the docs ask of a team: install -d -o 1000 -g 1000 FOLDER
+    out = tmp_path / "k8s"
+    only = f"{ENV}/fp32-sdpa"
+    args = ["submit", "k8s", "--file", str(ROOT / "matrix.yaml"), "--profile", "cpu", "--only", only, "--backend", "docker"]
+    args += ["--docker-gid", str(gid), "--reports", str(node), "--out", str(out), "--build"]
+    built = subprocess.run([sys.executable, "-m", "envmatrix", *args], cwd=tmp_path, capture_output=True, text=True, timeout=3000, check=False)
+    print(built.stdout[-3000:], built.stderr[-3000:])
+    assert built.returncode == 0, built.stdout + built.stderr + "".join(p.read_text()[-3000:] for p in (out / "logs").glob("*.log"))
+    (job,) = list(yaml.safe_load_all((out / "jobs.yaml").read_text()))
+    # What a team adds to its pods where its nodes reach the index through a proxy: the pip settings and the CA bundle
+    # of this machine (its local wheels hold the CPU torch; its proxy's CA signs pypi.org), which the runner puts into
+    # the build context it sends to the engine (plan/install.py, backends/docker.py), as a node's pod would.
+    links = os.environ.get("PIP_FIND_LINKS", "")
+    index = tuple(x for k, v in os.environ.items() if k.startswith("PIP_") for x in ("-e", f"{k}={v}"))
+    index += tuple(x for d in links.split() if Path(d).is_dir() for x in ("-v", f"{d}:{d}:ro"))
+    ca = Path("/etc/ssl/certs/ca-certificates.crt")  # the runner's CA bundle goes into the builds (backends/docker.py HOST_CA)
+    index += ("-v", f"{ca}:{ca}:ro") if ca.is_file() else ()
+    ran = docker_pod(job, index)
+    print(ran.stdout[-4000:], ran.stderr[-4000:])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    records = [json.loads(p.read_text()) for p in (node / "results").glob("*.json")]
+    assert [r["cell"]["id"] for r in records] == [only]
+    assert records[0]["backend"] == "docker" and records[0]["outcome"]["class"] == "ok", records[0]["outcome"]
+    report = yaml.safe_load((out / "report.yaml").read_text())
+    done = docker_pod(report)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert only in (node / "matrix.html").read_text()

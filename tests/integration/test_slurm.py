@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 import envmatrix.submit as submit_api
+from envmatrix.spec.matrix import load
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "munged", "munge")
@@ -162,6 +163,42 @@ def test_the_matrix_files_arrays_are_accepted_by_a_gpu_node(tmp_path: Path) -> N
             assert done.returncode == 0 and "to start at" in done.stderr, (script.name, done.stderr)
         refused = subprocess.run(["sbatch", "--test-only", "--gres=gpu:9", str(arrays[0])], env=env, capture_output=True, text=True, check=False)
         assert refused.returncode != 0 and "not available" in refused.stderr, refused.stderr
+
+
+def test_a_teams_own_sizes_from_the_matrix_file_are_accepted_by_a_gpu_node(tmp_path: Path) -> None:
+    """The repository's matrix.yaml with a scheduler section that sizes each GPU type itself (cores, memory, minutes,
+    account): the arrays carry exactly those, and the same one-host Slurm places them with `sbatch --test-only`, while
+    memory beyond the node is refused (the sizes are what Slurm reads, not a comment)."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for i in range(8):
+        os.mknod(dev / f"nvidia{i}", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    gpus = load(ROOT / "matrix.yaml").profiles["gpu"].axes["gpu"]
+    sizes = {"cpus": 12, "memory": "96G", "minutes": 95, "account": "ml-team"}
+    data["profiles"]["gpu"]["scheduler"] = {"gpus": {gpu: dict(sizes) for gpu in gpus}}
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "jobs"
+    subprocess.run(
+        [sys.executable, "-m", "envmatrix", "submit", "slurm", "--file", str(matrix), "--profile", "gpu", "--out", str(out)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    arrays = sorted(out.glob("array-*.sbatch"))
+    assert len(arrays) == len(gpus)
+    for script in arrays:
+        lines = script.read_text().splitlines()
+        for line in ("#SBATCH --cpus-per-task=12", "#SBATCH --mem=96G", "#SBATCH --time=0-01:35:00", "#SBATCH --account=ml-team"):
+            assert line in lines, (script.name, line)
+    extra = ("GresTypes=gpu", "SlurmdParameters=config_overrides", "SelectTypeParameters=CR_Core_Memory")
+    with one_host_slurm(tmp_path, "CPUs=64 RealMemory=512000 Gres=gpu:8", ["gpu"], extra=extra, gres=f"Name=gpu File={dev}/nvidia[0-7]\n") as env:
+        for script in arrays:
+            done = subprocess.run(["sbatch", "--test-only", str(script)], env=env, capture_output=True, text=True, check=False)
+            print(f"sbatch --test-only {script.name}: {done.stderr.strip()}")
+            assert done.returncode == 0 and "to start at" in done.stderr, (script.name, done.stderr)
+        refused = subprocess.run(["sbatch", "--test-only", "--mem=600G", str(arrays[0])], env=env, capture_output=True, text=True, check=False)
+        print(f"sbatch --test-only --mem=600G {arrays[0].name}: {refused.stderr.strip()}")
+        assert refused.returncode != 0, refused.stderr
 
 
 # ---- a cpu node: submit, kill, re-submit ------------------------------------------------------------------------

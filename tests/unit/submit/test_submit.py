@@ -79,6 +79,16 @@ def test_scheduler_section_loads(matrix: Callable[..., Path]) -> None:
         ("shards", 0, "gpus.A100.shards"),
         ("shards", True, "gpus.A100.shards"),
         ("nodes", 2, "unknown key 'nodes'"),
+        ("cpus", 0, "gpus.A100.cpus"),
+        ("cpus", "8", "gpus.A100.cpus"),
+        ("memory", "64Gi", "gpus.A100.memory"),
+        ("memory", "64G; reboot", "gpus.A100.memory"),
+        ("memory", 64, "gpus.A100.memory"),
+        ("memory", "0G", "gpus.A100.memory"),
+        ("minutes", -5, "gpus.A100.minutes"),
+        ("minutes", 30 * 24 * 60 + 1, "gpus.A100.minutes"),
+        ("account", "ml team", "gpus.A100.account"),
+        ("account", "$(id)", "gpus.A100.account"),
     ],
 )
 def test_bad_scheduler_values_are_refused_with_their_path(matrix: Callable[..., Path], where: str, value: Any, expect: str) -> None:
@@ -396,7 +406,7 @@ def test_k8s_schema_check_is_real(matrix: Callable[..., Path]) -> None:
 
 
 def test_k8s_refuses_another_backend(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--backend", "docker", "--dry-run"]) == 2
+    assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--backend", "venv", "--dry-run"]) == 2
     assert "host backend" in capsys.readouterr().err
     assert main(["submit", "github", "--file", str(matrix()), "--profile", "gpu", "--build"]) == 2
 
@@ -515,3 +525,153 @@ def test_cli_schedule(matrix: Callable[..., Path], tmp_path: Path, capsys: pytes
     assert main(["submit", "slurm", "--schedule", "0 6 * * 1", "--file", str(path), "--profile", "gpu", "--gpu", "A100", "--out", str(out_dir),
                  "--reports", str(tmp_path / "reports")]) == 0  # fmt: skip
     assert (out_dir / "watch.sh").is_file() and (out_dir / "watch.scrontab").is_file() and (tmp_path / "reports" / "slurm-logs").is_dir()
+
+
+# ---- kubernetes, docker backend: the node's engine through its socket ---------------------------------------
+
+
+def docker_pods(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d["spec"]["template"]["spec"] for d in docs]
+
+
+def socket_problems(pod: dict[str, Any], reports: str, gid: int, *, cells: bool = True) -> list[str]:
+    """What a docker-backend pod lacks: the engine's socket (hostPath of type Socket, same path), its group, and the
+    reports folder as a hostPath mounted at its own path (the engine mounts it into cells' containers by name)."""
+    box = pod["containers"][0]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in box["volumeMounts"]}
+    problems = []
+    if volumes.get("reports", {}).get("hostPath", {}).get("path") != reports or mounts.get("reports") != reports:
+        problems.append("reports is not the node folder mounted at its own path")
+    if {"name": "TMPDIR", "value": f"{reports}/.tmp"} not in box.get("env", []):
+        problems.append("TMPDIR is not under the node folder")
+    if cells:
+        sock = [n for n, v in volumes.items() if v.get("hostPath") == {"path": "/var/run/docker.sock", "type": "Socket"}]
+        if len(sock) != 1 or mounts.get(sock[0]) != "/var/run/docker.sock":
+            problems.append("no docker.sock hostPath of type Socket mounted at /var/run/docker.sock")
+        if gid not in pod["securityContext"].get("supplementalGroups", []):
+            problems.append("the socket's group is not a supplemental group")
+        if "--backend docker" not in box["command"][2] or 'mkdir -p "$TMPDIR"' not in box["command"][2]:
+            problems.append("the command does not run the docker backend")
+    return problems
+
+
+def test_k8s_docker_backend_from_the_repositorys_matrix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """matrix.yaml as shipped, --backend docker: every Job validates, mounts the socket and the node folder at the
+    same path, keeps its GPU request (the scheduler places it, the device plugin picks the GPUs the runner hands the
+    engine) and the report Job reads the same node folder without the socket."""
+    kv = pytest.importorskip("kubernetes_validate")
+    args = ["submit", "k8s", "--file", str(ROOT / "matrix.yaml"), "--profile", "gpu", "--backend", "docker", "--docker-gid", "998"]
+    assert main([*args, "--reports", "/var/lib/envmatrix", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "jobs.yaml").read_text()
+    jobs = list(yaml.safe_load_all(text))
+    report = yaml.safe_load((tmp_path / "report.yaml").read_text())
+    for doc in [*jobs, report]:
+        kv.validate(doc, "1.30.0", strict=True)
+    assert "root on the node" in text and "install -d -o 1000 -g 1000 /var/lib/envmatrix" in text
+    for pod in docker_pods(jobs):
+        assert socket_problems(pod, "/var/lib/envmatrix", 998) == []
+        assert int(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+    (rpod,) = docker_pods([report])
+    assert socket_problems(rpod, "/var/lib/envmatrix", 998, cells=False) == []
+    assert "docker-socket" not in {v["name"] for v in rpod["volumes"]}, "the report Job needs no engine"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda pod: pod["volumes"].pop(),  # no socket volume
+        lambda pod: pod["volumes"][-1]["hostPath"].pop("type"),  # a socket path that could be anything
+        lambda pod: pod["containers"][0]["volumeMounts"][0].update(mountPath="/envmatrix"),  # not the same path
+        lambda pod: pod["volumes"].__setitem__(0, {"name": "reports", "persistentVolumeClaim": {"claimName": "x"}}),
+        lambda pod: pod["securityContext"].pop("supplementalGroups"),
+    ],
+)
+def test_k8s_docker_check_fails_without_socket_or_same_path(matrix: Callable[..., Path], breakage: Callable[[dict[str, Any]], Any]) -> None:
+    spec = load(matrix(with_scheduler()))
+    run_args = ["--file", "m.yaml", "--profile", "gpu", "--backend", "docker", "--reports", "/srv/em"]
+    f = fanout(spec, "gpu", expand(spec, "gpu"), run_args=run_args, reports="/srv/em")
+    pod = docker_pods(list(yaml.safe_load_all(k8s.manifests(f, "0123456789ab", 1001)["jobs.yaml"])))[0]
+    assert socket_problems(pod, "/srv/em", 1001) == []
+    breakage(pod)
+    assert socket_problems(pod, "/srv/em", 1001) != []
+
+
+@pytest.mark.parametrize(
+    ("extra", "expect"),
+    [
+        (["--reports", "/srv/em"], "--docker-gid"),
+        (["--reports", "reports", "--docker-gid", "998"], "absolute folder on the nodes"),
+        (["--reports", "/srv/../etc", "--docker-gid", "998"], "absolute folder on the nodes"),
+    ],
+)
+def test_k8s_docker_backend_needs_a_node_folder_and_the_socket_group(
+    matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str], extra: list[str], expect: str
+) -> None:
+    assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--backend", "docker", *extra, "--dry-run"]) == 2
+    assert expect in capsys.readouterr().err
+
+
+def test_docker_gid_only_with_the_docker_backend_on_k8s(matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["submit", "k8s", "--file", str(matrix()), "--profile", "gpu", "--docker-gid", "998", "--dry-run"]) == 2
+    assert "--docker-gid is for" in capsys.readouterr().err
+
+
+# ---- the scheduler section's own sizes: cores, memory, time (and the Slurm account) per GPU type -------------
+
+SIZES = {"cpus": 12, "memory": "1T", "minutes": 95, "account": "ml-team"}
+
+
+def sized_fanout(matrix: Callable[..., Path], reports: str = "/shared/reports", **sizes: Any) -> Fanout:
+    def edit(data: dict[str, Any]) -> None:
+        with_scheduler()(data)
+        data["profiles"]["gpu"]["scheduler"]["gpus"]["H20"].update({**SIZES, **sizes})
+
+    spec = load(matrix(edit))
+    return fanout(spec, "gpu", expand(spec, "gpu"), run_args=["--only", "*/fp32-*", "--reports", reports], reports=reports)
+
+
+def test_sizes_from_the_scheduler_section_reach_every_engine(matrix: Callable[..., Path]) -> None:
+    """H20 names its own cores, memory, time and account; A100 keeps the plan's: Slurm, GitHub and Kubernetes
+    all ask for the same, and the files still pass kubernetes-validate and actionlint."""
+    f = sized_fanout(matrix)
+    a100, h20 = f.jobs
+    assert (h20.needs.cpus, h20.needs.mem_gb, h20.needs.minutes) == (12, 1024, 95) and h20.needs.planned_minutes >= MIN_MINUTES
+    assert (a100.needs.cpus, a100.needs.mem_gb) == (8 * CPUS_PER_GPU, 8 * MEM_GB_PER_GPU) and a100.needs.minutes == a100.needs.planned_minutes
+    lines = slurm.array_script(f, h20, cwd="/w", python="python3").splitlines()
+    for line in ("#SBATCH --cpus-per-task=12", "#SBATCH --mem=1024G", "#SBATCH --time=0-01:35:00", "#SBATCH --account=ml-team"):
+        assert line in lines
+    assert "--account" not in slurm.array_script(f, a100, cwd="/w", python="python3")
+    assert "--account" not in slurm.report_script(f, cwd="/w")
+
+    flow = yaml.safe_load(github.render(f))
+    assert flow["jobs"]["shard-h20"]["timeout-minutes"] == 95 and flow["jobs"]["shard-a100"]["timeout-minutes"] == a100.needs.minutes
+    assert lint_problems(github.render(f), {label for job in f.jobs for label in job.target.labels}) == []
+    kv = pytest.importorskip("kubernetes_validate")
+    docs = k8s_docs(f)
+    for doc in docs:
+        kv.validate(doc, "1.30.0", strict=True)
+    for doc in docs[:-1]:
+        box = doc["spec"]["template"]["spec"]["containers"][0]["resources"]
+        if doc["metadata"]["labels"]["envmatrix/gpu"] == "h20":
+            assert box["requests"]["cpu"] == "12" and box["requests"]["memory"] == box["limits"]["memory"] == "1024Gi"
+            assert doc["spec"]["activeDeadlineSeconds"] == 95 * 60
+        else:
+            assert box["requests"]["cpu"] == str(8 * CPUS_PER_GPU)
+
+
+def test_a_time_limit_below_the_plans_estimate_is_warned_about(matrix: Callable[..., Path]) -> None:
+    from envmatrix.submit import too_short
+
+    short = too_short(sized_fanout(matrix, minutes=MIN_MINUTES - 1))  # the plan never estimates less than MIN_MINUTES
+    assert len(short) == 1 and short[0].startswith("H20: profiles.gpu.scheduler.gpus.H20.minutes is 29, below the plan's estimate")
+    assert too_short(sized_fanout(matrix, minutes=30 * 24 * 60)) == []
+
+
+def test_the_report_job_takes_its_own_account(matrix: Callable[..., Path]) -> None:
+    spec = load(matrix(with_scheduler({"report_account": "ml-team"})))
+    f = fanout(spec, "gpu", expand(spec, "gpu"), run_args=["--reports", "/r"], reports="/r")
+    assert "#SBATCH --account=ml-team" in slurm.report_script(f, cwd="/w").splitlines()
+    with pytest.raises(SpecError, match=r"scheduler\.report_account"):
+        load(matrix(with_scheduler({"report_account": "a;b"})))
