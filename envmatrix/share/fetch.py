@@ -27,6 +27,7 @@ from .. import __version__
 from ..errors import InputError, printable
 from ..jsonio import read_bytes_bounded
 from .limits import Limits
+from .pinned import PinnedPools
 
 REDIRECTS = (301, 302, 303, 307, 308)
 CHUNK = 64 << 10
@@ -179,8 +180,9 @@ class HttpSite:
         self.deadline = time.monotonic() + limits.site_s
         self.read = 0
         self.named = tuple(named)
-        self.resolve = resolve
-        self.pool = urllib3.PoolManager(num_pools=4, headers={"User-Agent": f"envmatrix/{__version__}", "Accept-Encoding": "identity"}, retries=False)
+        # every name resolved once: the redirect rule judges, and connections go to, the same addresses
+        self.pool = PinnedPools(resolve, {"User-Agent": f"envmatrix/{__version__}", "Accept-Encoding": "identity"})
+        self.resolve: Resolve = self.pool.addresses
 
     def where(self, rel: str) -> str:
         return urljoin(self.base, rel)
@@ -222,8 +224,7 @@ class HttpSite:
         left = self._left(url, deadline)
         timeout = urllib3.Timeout(connect=min(self.limits.connect_s, left), read=min(self.limits.stall_s, left))
         try:
-            headers = {**self.pool.headers, "Accept": accept} if accept else None
-            return self.pool.request("GET", url, headers=headers, preload_content=False, decode_content=False, timeout=timeout, redirect=False)
+            return self.pool.request(url, {"Accept": accept} if accept else {}, timeout)
         except urllib3.exceptions.NewConnectionError as exc:  # before TimeoutError: urllib3 makes it a subclass of one
             raise SiteExhausted(f"{url}: cannot be reached ({_reason(exc)}); check the URL, or that the site is up") from None
         except urllib3.exceptions.TimeoutError:
