@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urljoin, urlsplit
@@ -27,14 +27,12 @@ from .. import __version__
 from ..errors import InputError, printable
 from ..jsonio import read_bytes_bounded
 from .limits import Limits
-from .pinned import PinnedPools
+from .pinned import PinnedPools, Resolve
 
 REDIRECTS = (301, 302, 303, 307, 308)
 CHUNK = 64 << 10
 #: Cloud metadata services: never a redirect's target (AWS, GCP, Azure, OpenStack, Oracle, Alibaba; AWS's IPv6).
 METADATA_HOSTS = frozenset({"169.254.169.254", "fd00:ec2::254", "100.100.100.200", "metadata.google.internal", "metadata"})
-
-Resolve = Callable[[str], list[str]]
 
 
 class SiteError(InputError):
@@ -74,9 +72,10 @@ def is_url(text: str) -> bool:
 
 
 def _resolve(host: str) -> list[str]:
-    """Every address `host` resolves to (an address resolves to itself); none when it does not resolve."""
+    """Every address `host` resolves to (an address resolves to itself), in the resolver's order of preference (the
+    order connections try them in); none when it does not resolve."""
     try:
-        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
+        return list(dict.fromkeys(str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)))
     except (OSError, UnicodeError):
         return []
 

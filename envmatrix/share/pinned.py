@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import urllib3
 
+#: A host name's addresses (an address: itself); none when it does not resolve.
 Resolve = Callable[[str], list[str]]
 
 
@@ -35,7 +36,8 @@ class PinnedPools:
         return self._addresses[name]
 
     def request(self, url: str, headers: Mapping[str, str], timeout: urllib3.Timeout) -> urllib3.BaseHTTPResponse:
-        """GET `url` on the pinned addresses in turn (the next only when one cannot be connected to), unread."""
+        """GET `url`, unread, on the pinned addresses in turn: the next when one refuses or is unreachable (at once),
+        not when one times out (the timeout is the file's deadline, not one address's)."""
         parts = urlsplit(url)
         name = (parts.hostname or "").lower()
         port = parts.port or (443 if parts.scheme == "https" else 80)

@@ -152,3 +152,18 @@ def test_https_still_refuses_a_certificate_for_another_name(rebinding: list[str]
             site.get("index.json", 1 << 20, "a site index")
         site.close()
     assert Recording.hosts == [], "no request was sent over a connection whose certificate does not name the host"
+
+
+def test_a_pinned_address_that_refuses_falls_back_to_the_next_checked_one() -> None:
+    Recording.hosts = []
+    with serve() as port:  # on 127.0.0.1 only: 127.0.0.2 (loopback too) refuses the port
+        site = HttpSite(f"http://{NAME}:{port}/", Limits(connect_s=3, stall_s=3), resolve=lambda _host: ["127.0.0.2", "127.0.0.1"])
+        try:
+            body = site.get("index.json", 1 << 20, "a site index")
+        finally:
+            site.close()
+        assert json.loads(body)["site_version"] == 1 and Recording.hosts == [f"{NAME}:{port}"]
+        only = HttpSite(f"http://{NAME}:{port}/", Limits(connect_s=3, stall_s=3), resolve=lambda _host: ["127.0.0.2"])
+        with pytest.raises(SiteExhausted, match="cannot be reached"):
+            only.get("index.json", 1 << 20, "a site index")  # only the checked address is tried
+        only.close()
