@@ -6,7 +6,9 @@ read over one connection). Three things are done here rather than left to the li
 defaults are unbounded for them: redirects are followed by hand (urllib3 drains each redirect's body
 before following it, and a hostile body never ends), bodies are read with `read1` so a slow drip is
 checked against the deadline after every arrival rather than after a full buffer, and compressed
-bodies are refused (a gzip bomb is small on the wire).
+bodies are refused (a gzip bomb is small on the wire). And as urllib3 resolves a name again for every
+connection, names are resolved once per host here (pinned.py): connections go to the addresses the
+redirect rule checked, never to a second DNS answer (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -138,10 +140,6 @@ def redirect_refusal(source: str, target: str, named: Iterable[str] = (), resolv
         return f"a {there} address ({t_host}), where the site itself is not: a redirect may not reach inside this network"
     if t_host not in {h.lower().strip("[]") for h in named}:
         return f"another host ({t_host}) than the site's and those you named; name it with --results if you trust it"
-    return None
-    there, here = place(t_host, resolve), place(host, resolve)
-    if there != "public" and there != here:
-        return f"a {there} address ({t_host}), where the site itself is not: a redirect may not reach inside this network"
     return None
 
 
