@@ -235,7 +235,8 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
             resolved = Resolved("", f"{name} names no class or function")
     callee = resolved.dist
     caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer)
-    if caller == callee and raised.headless and kind != "attribute":  # an attribute's asker is printed; a call's may be cut
+    # an attribute's asker is printed, and an import's importer is the frame that raised; a call's caller may be cut
+    if caller == callee and raised.headless and kind not in ("attribute", "import_name", "submodule"):
         caller, caller_reason = "", f"every frame printed is {callee}'s own code, and the excerpt starts after the caller's frames"
     return Boundary(kind, name, member, caller, caller_reason, callee, resolved.reason, resolved.candidates, _project(caller, frames, dists))
 

@@ -74,6 +74,9 @@ _RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.
 #: Python's ImportError message printed alone (no type, no traceback: a launcher or a user's quote kept only the message):
 #: it is that ImportError, marked `bare`.
 _BARE_IMPORT = re.compile(r"cannot import name '?\w+'? from '?[A-Za-z_][\w.]*'?(?:\s*\([^)\n]*\))?\s*$")
+#: A short label a user wrote before an exception line (`error info: `, `Error: `, `got: `); what follows must name an
+#: exception type that says it is one (`…Error:`), so prose with a colon is not read as one.
+_LABEL = re.compile(r"[A-Za-z][\w ]{0,30}:\s+(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)")
 _BARE_ATTRIBUTE = re.compile(r"'[A-Za-z_]\w{0,200}' object has no attribute '\w{1,200}'")
 #: A line of code (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))`): what a frame's source
 #: line looks like when an excerpt kept it without its `File` line.
@@ -189,7 +192,8 @@ def frame_of(path: str, line: int | None, function: str) -> Frame:
     package = ""
     for i, part in enumerate(parts):
         if part in ("site-packages", "dist-packages") and i + 1 < len(parts):
-            package, module_parts = parts[i + 1], parts[i + 1 :]
+            at = i + 2 if parts[i + 1].endswith(".egg") and i + 2 < len(parts) else i + 1  # `transformers-4.49.0-py3.9.egg/transformers/…`
+            package, module_parts = parts[at], parts[at:]
     if not package:
         if _STDLIB.search(path):
             return Frame(path, line, function, "python", _module(parts[-1:]))
@@ -332,6 +336,8 @@ class Reader:
             st.pending_path = None
             return True
         m = _RAISED.fullmatch(text)
+        if m is None and (label := _LABEL.match(text)):  # `error info: ModuleNotFoundError: …`: a user's label before it
+            text, m = text[label.end() :], _RAISED.fullmatch(text[label.end() :])
         if m and _is_exception(m.group("type"), m.group("inner"), st.in_traceback and bool(st.frames)):
             self._raise(st, m, text, line_no, logical.stream, logical.logged)
             return True

@@ -109,3 +109,36 @@ def test_an_exception_pasted_above_its_trace_gets_the_frames() -> None:
     m = model.no_such
 """
     assert (last(quoted).caller, last(quoted).callee) == ("liger-kernel", "transformers")
+
+
+def test_the_first_line_of_an_import_message_decides_and_curly_quotes_are_quotes() -> None:
+    fenced = "```\nImportError: cannot import name 'NoSuchParams' from 'vllm.sampling_params'\n```\n"
+    assert verdict(fenced) == "api_mismatch"
+    curly = "ImportError: cannot import name 'LlamaForCausalLM' from 'transformers’\n"
+    assert verdict(curly) == "api_mismatch"
+
+
+def test_a_label_before_an_exception_line_is_read_through() -> None:
+    log = "error info: ModuleNotFoundError: No module named 'transformers.deepspeed'\n"
+    assert verdict(log) == "api_mismatch"
+    assert verdict("note: this is fine\n") == "inconclusive"
+
+
+def test_a_package_that_cannot_import_its_own_submodule_is_a_broken_install() -> None:
+    log = f"""  File "{SITE}/bitsandbytes/cextension.py", line 5, in <module>
+    from .cuda_setup.main import evaluate_cuda_setup
+  File "{SITE}/bitsandbytes/cuda_setup/main.py", line 21, in <module>
+    from .paths import determine_cuda_runtime_lib_path
+ModuleNotFoundError: No module named 'bitsandbytes.cuda_setup.paths'
+"""
+    assert verdict(log) == "missing_module"
+
+
+def test_an_egg_folder_is_looked_through_to_its_package() -> None:
+    log = f"""Traceback (most recent call last):
+  File "{SITE}/transformers-4.49.0.dev0-py3.9.egg/transformers/utils/generic.py", line 477, in <module>
+    _torch_pytree.register_pytree_node(
+AttributeError: module 'torch.utils._pytree' has no attribute 'register_pytree_node'
+"""
+    b = last(log)
+    assert (b.caller, b.callee) == ("transformers", "torch"), b
