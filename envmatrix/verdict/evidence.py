@@ -59,8 +59,10 @@ def quote(judged: Judged) -> str:
 
 
 def strong(scan: LogScan, outcome: str) -> Judged | None:
-    """The first exception a specific rule named this outcome (teardown noise and fallbacks left out)."""
-    return next((j for j in scan.judged if j.outcome == outcome and not j.fallback), None)
+    """The first exception a specific rule named this outcome (teardown noise and fallbacks left out); the first with frames
+    where an earlier one has none (a user quotes the exception line, then pastes its traceback: the frames name the caller)."""
+    named = [j for j in scan.judged if j.outcome == outcome and not j.fallback]
+    return next((j for j in named if j.raised.frames), named[0] if named else None)
 
 
 def code_of(scan: LogScan, outcome: str) -> tuple[errorcodes.Code, str] | None:

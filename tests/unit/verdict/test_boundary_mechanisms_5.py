@@ -142,3 +142,18 @@ AttributeError: module 'torch.utils._pytree' has no attribute 'register_pytree_n
 """
     b = last(log)
     assert (b.caller, b.callee) == ("transformers", "torch"), b
+
+
+def test_the_boundary_comes_from_the_copy_of_an_exception_that_has_frames() -> None:
+    from envmatrix.verdict.evidence import strong
+
+    log = f"""ImportError: cannot import name 'no_such_helper' from 'vllm.model_executor.utils'
+
+Traceback (most recent call last):
+  File "/w/verl/verl/workers/rollout/vllm_rollout.py", line 54, in <module>
+    from vllm.model_executor.utils import no_such_helper
+ImportError: cannot import name 'no_such_helper' from 'vllm.model_executor.utils' ({SITE}/vllm/model_executor/utils.py)
+"""
+    judged = strong(scan_text(log.encode()), "api_mismatch")
+    assert judged is not None and judged.raised.frames
+    assert (of(judged.raised).caller, of(judged.raised).callee) == ("verl", "vllm")  # type: ignore[union-attr]
