@@ -96,6 +96,14 @@ def rehearse(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def pods(session: nox.Session) -> None:
+    """The Kubernetes Jobs' containers run as their pods would, on this machine's Docker engine (the docker-socket variant
+    too: about 10 minutes more than `nox -s tests`, which skips it): nox -s pods."""
+    session.install("-e", ".[test]", *PROBE_DEPS, *cpu_torch_install_args(CPU_TORCH), env=COMPILE)
+    session.run("pytest", "tests/integration/test_runner_image.py", *session.posargs, env={"ENVMATRIX_POD_TESTS": "1"})
+
+
+@nox.session(default=False)
 def cell(session: nox.Session) -> None:
     """Run one cell again: nox -s cell -- CELL_ID [run options]."""
     if not session.posargs:

@@ -80,6 +80,10 @@ def docker_pod(manifest: dict[str, Any], extra: tuple[str, ...] = ()) -> subproc
     return subprocess.run([*argv, *extra, box["image"], *box["command"]], capture_output=True, text=True, timeout=2400, check=False)
 
 
+@pytest.mark.skipif(
+    not os.environ.get("ENVMATRIX_POD_TESTS"),
+    reason="builds a runner image and a probe image on the engine (about 10 minutes on 2 cores): nox -s pods runs it",
+)
 def test_a_docker_backend_pod_runs_its_cells_on_the_nodes_engine(tmp_path: Path, client: Any) -> None:
     """submit k8s --backend docker, for real: the runner image built, its Job's container run against this machine's
     engine through the mounted socket (the pod's user in the socket's group) with the node folder mounted at its own
