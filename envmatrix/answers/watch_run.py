@@ -304,50 +304,53 @@ def _order(w: Watch, spec: Spec, reg: Regression, cells: Cells, metadata: Metada
     scenario = spec.scenarios[reg.scenario]
     tries: list[Try] = []
     tried: list[tuple[dict[str, str], str]] = []
-    by_axis = {a.axis: a for a in w.axes}
     crossed = _boundary(w, reg)
     caller = crossed.caller if crossed is not None and crossed.caller not in ("", "user") else None
     if crossed is not None and caller:
         console.print(f"  the verdict names {caller} as the caller of {crossed.callee or crossed.name}: it is tried first")
+    first: Record | None = None
     for other in candidates(w, reg, scenario, caller, crossed.callee if crossed is not None else None):
         assert other.latest is not None
         moved = required({reg.axis: reg.newest, other.axis: other.latest}, w, metadata.known())
-        record = cells.run(with_axis(w.base, moved), [reg.scenario])[reg.scenario]
-        outcome = _as(record) if record.klass != "skipped" else f"cannot install: {record.outcome.evidence[:200]}"
-        tries.append(Try(moved, outcome, {k: _alone(by_axis[k], v, reg.scenario) for k, v in moved.items() if k != reg.axis}))
-        tried.append((moved, record.klass))
+        record = _attempt(w, reg, cells, moved, tries, tried)
+        first = first or record
         console.print(f"  {reg.axis} {reg.newest} with {', '.join(f'{k} {v}' for k, v in moved.items() if k != reg.axis)}: {record.klass}")
-    if tries and not any(t.outcome == "ok" for t in tries):
-        _follow(w, reg, cells, metadata, tries, tried, console)
+    if first is not None and not any(t.outcome == "ok" for t in tries):
+        _follow(w, reg, cells, metadata, first, tries, tried, console)
     together = w.all_newest.get(reg.scenario)
     text, works = order_text(reg.axis, reg.scenario, tries, _as(together) if together else None, caller)
     return Order(reg.axis, reg.scenario, text, works, tried)
 
 
-def _follow(w: Watch, reg: Regression, cells: Cells, metadata: Metadata, tries: list[Try], tried: list[tuple[dict[str, str], str]], console: Console) -> None:
-    """No single other upgrade is enough: follow the boundaries. From the first try (the named caller's), move next the
-    package the new failure's verdict names (the caller of its API mismatch, or what imports a module no longer
-    installed), and run again, until it trains or names no axis still at the baseline (peft, then trl: transformers 5
-    needs both). Each run is one more try; the fewest axes that train are said as before."""
-    by_axis = {str(canonicalize_name(a.axis)): a for a in w.axes if a.latest is not None}
+def _attempt(w: Watch, reg: Regression, cells: Cells, moved: dict[str, str], tries: list[Try], tried: list[tuple[dict[str, str], str]]) -> Record:
+    """One try of the upgrade order: the breaking scenario with `moved` (everything else at the baseline), recorded as
+    a Try (with what each moved axis showed on the baseline alone) and in `tried`; its record."""
+    by_axis = {a.axis: a for a in w.axes}
+    record = cells.run(with_axis(w.base, moved), [reg.scenario])[reg.scenario]
+    outcome = _as(record) if record.klass != "skipped" else f"cannot install: {record.outcome.evidence[:200]}"
+    tries.append(Try(moved, outcome, {k: _alone(by_axis[k], v, reg.scenario) for k, v in moved.items() if k != reg.axis}))
+    tried.append((moved, record.klass))
+    return record
+
+
+def _follow(
+    w: Watch, reg: Regression, cells: Cells, metadata: Metadata, record: Record, tries: list[Try], tried: list[tuple[dict[str, str], str]], console: Console
+) -> None:
+    """No single other upgrade is enough: follow the boundaries. From the first try (the named caller's; `record` is
+    its cell), move next the package the new failure's verdict names (the caller of its API mismatch, or what imports a
+    module no longer installed), and run again, until it trains or names no axis still at the baseline (peft, then trl:
+    transformers 5 needs both). Each run is one more try; the fewest axes that train are said as before."""
     moved = dict(tries[0].moved)
-    record: Record | None = cells.run(with_axis(w.base, moved), [reg.scenario]).get(reg.scenario)  # recorded: not run again
-    for _ in range(len(by_axis)):
-        if record is None:
+    for _ in range(len(w.axes)):
+        named = canonicalize_name(culprit(record))
+        axis = next((a for a in w.axes if a.latest is not None and canonicalize_name(a.axis) == named), None)
+        if axis is None or axis.latest is None or axis.axis in moved:
             return
-        named = by_axis.get(str(canonicalize_name(culprit(record))))
-        if named is None or named.axis in moved or named.latest is None:
-            return
-        moved = required({**moved, named.axis: named.latest}, w, metadata.known())
-        console.print(
-            f"  the verdict there names {named.axis}: {reg.axis} {reg.newest} with {', '.join(f'{k} {v}' for k, v in moved.items() if k != reg.axis)}"
-        )
-        record = cells.run(with_axis(w.base, moved), [reg.scenario])[reg.scenario]
-        outcome = _as(record) if record.klass != "skipped" else f"cannot install: {record.outcome.evidence[:200]}"
-        tries.append(Try(moved, outcome, {k: _alone(by_axis[str(canonicalize_name(k))], v, reg.scenario) for k, v in moved.items() if k != reg.axis}))
-        tried.append((moved, record.klass))
+        moved = required({**moved, axis.axis: axis.latest}, w, metadata.known())
+        console.print(f"  the verdict there names {axis.axis}: {reg.axis} {reg.newest} with {', '.join(f'{k} {v}' for k, v in moved.items() if k != reg.axis)}")
+        record = _attempt(w, reg, cells, moved, tries, tried)
         console.print(f"    {record.klass}")
-        if outcome == "ok":
+        if tries[-1].outcome == "ok":
             return
 
 
