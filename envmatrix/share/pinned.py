@@ -40,12 +40,13 @@ class PinnedPools:
         not when one times out (the timeout is the file's deadline, not one address's)."""
         parts = urlsplit(url)
         name = (parts.hostname or "").lower()
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        default = 443 if parts.scheme == "https" else 80
+        port = parts.port or default
         addresses = self.addresses(name)
         if not addresses:
             raise OSError(f"{name} does not resolve")
         shown = f"[{name}]" if ":" in name else name
-        host = shown if port == (443 if parts.scheme == "https" else 80) else f"{shown}:{port}"
+        host = shown if port == default else f"{shown}:{port}"
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         sent = {**self.headers, **headers, "Host": host}
         for i, address in enumerate(addresses):

@@ -29,13 +29,15 @@ MAX_VALUE = 2000
 MAX_VALUE_LINES = 16
 
 _FRAME = re.compile(r'File "(?P<path>[^"\n]{1,1000})", line (?P<line>\d+),? in (?P<func>\S{1,200})')
-_RICH = re.compile(r"(?P<path>(?:[A-Za-z]:)?[\w./\\~-]{1,1000}\.py):(?P<line>\d+)?:?(?:\s+in\s+(?P<func>[\w<>.]{1,200}))?$")
+#: A frame's file as rich and pytest print it, without quotes.
+_PY_PATH = r"(?P<path>(?:[A-Za-z]:)?[\w./\\~-]{1,1000}\.py)"
+_RICH = re.compile(_PY_PATH + r":(?P<line>\d+)?:?(?:\s+in\s+(?P<func>[\w<>.]{1,200}))?$")
 #: pytest's report of a failure: its frames are `path.py:1619: in func` (read as rich's), its exception and message lines
 #: carry an `E` and spaces before them (`E   AttributeError: …`).
 _PYTEST_E = re.compile(r"E {2,}(?=\S)|E\t+(?=\S)")
 #: pytest's long report ends a failure with the raising frame's place and the exception's type (`module.py:1736: TypeError`),
 #: after the `E` lines: that is the innermost frame of the exception just read.
-_PYTEST_AT = re.compile(r"(?P<path>(?:[A-Za-z]:)?[\w./\\~-]{1,1000}\.py):(?P<line>\d+): (?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)$")
+_PYTEST_AT = re.compile(_PY_PATH + r":(?P<line>\d+): (?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)$")
 #: A frame line cut before its `File "` (an excerpt that starts mid-line): `/trl/trainer/grpo_trainer.py", line 269, in __init__`.
 _CUT_FRAME = re.compile(r'(?P<path>[^"\s]{0,1000}[/\\][^"\s/\\]{1,200}\.py)", line (?P<line>\d+),? in (?P<func>\S{1,200})$')
 #: IPython's frame (`/usr/lib/python3/dist-packages/peft/peft_model.py in <module>`, a notebook's `[path](url) in f`), and
@@ -347,14 +349,15 @@ class Reader:
         if glued := _GLUED.search(text):
             self._raise(st, glued, glued.group(0), line_no, logical.stream, logical.logged)
             return True
-        # the wrapper's message right above (its lines included: wrappers nest, `Failed to import A …` / `Failed to import
-        # B …`): the innermost names the module whose import failed
-        near = st.last is not None and (st.last.line_no >= line_no - 1 or self.message_at == (stream, line_no - 1))
-        lazy = next(reversed(list(_LAZY.finditer(st.last.value))), None) if near and st.last is not None else None
         bare = "ImportError" if text.startswith("cannot import name") and _BARE_IMPORT.match(text) else ""
         if not bare and not st.in_traceback and text[:1] == "'" and _BARE_ATTRIBUTE.fullmatch(text):
             bare = "AttributeError"  # the message alone, quoted as users paste it: `'LLMEngine' object has no attribute 'x'`
-        if lazy and not bare and _INNER_ATTRIBUTE.match(text):
+        inner = not bare and _INNER_ATTRIBUTE.match(text) is not None
+        # the wrapper's message right above (its lines included: wrappers nest, `Failed to import A …` / `Failed to import
+        # B …`): the innermost names the module whose import failed. Read only for a line that may be its inner error.
+        near = (bare or inner) and st.last is not None and (st.last.line_no >= line_no - 1 or self.message_at == (stream, line_no - 1))
+        lazy = next(reversed(list(_LAZY.finditer(st.last.value))), None) if near and st.last is not None else None
+        if lazy and inner:
             bare = "AttributeError"  # the wrapper prints its inner error's message without the type: the message says it
         if bare:
             importer = lazy.group("module") if lazy else ""
