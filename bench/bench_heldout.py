@@ -71,7 +71,7 @@ def boundary(scan: LogScan) -> tuple[str, str]:
     crossed = of_scan(scan, judged, {}) if judged is not None else None
     if crossed is None:
         return "", ""
-    return crossed.who, crossed.callee  # `open-r1 (your code)` where the frames' paths name the user's project
+    return crossed.who, crossed.callee_who  # `open-r1 (your code)` where the frames' paths name the user's project
 
 
 def same(said: str, expected: str, *, own_project: bool = False) -> bool:

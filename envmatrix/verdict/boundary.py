@@ -100,9 +100,15 @@ class Boundary:
             "member": self.member or None,
             "caller": self.who or None,
             "caller_reason": self.caller_reason,
-            "callee": self.callee or None,
+            "callee": self.callee_who or None,
             "callee_reason": self.callee_reason,
         }
+
+    @property
+    def callee_who(self) -> str:
+        """The callee as a sentence names it: its distribution, or `your code` for a class of the user's (or the model's
+        remote code) that a library called into."""
+        return "your code" if self.callee == "user" else self.callee
 
     @property
     def who(self) -> str:
@@ -172,6 +178,15 @@ def _known(module: str) -> bool:
     return top in index().packages or top in STACK
 
 
+def _site_path(module: str, raised: Raised) -> str:
+    """The installed path the message or a frame shows for a module's package (`…/site-packages/numpy/__init__.py`), or
+    '': a package the name index does not cover is still a distribution, not the user's code, when pip installed it."""
+    top = re.escape(module.split(".")[0])
+    texts = [raised.value.split("\n", 1)[0], *(f.path for f in raised.frames)]
+    pattern = re.compile(rf"[/\\](?:site|dist)-packages[/\\]{top}(?:[/\\]|\.py\b)")
+    return next((t[m.start() + 1 :].split(")")[0].strip() for t in texts if (m := pattern.search(t))), "")
+
+
 def _owner(name: str) -> str:
     """`Accelerator.__init__` → `Accelerator`; `GRPOTrainer.create_model_card` → `GRPOTrainer`; `unwrap_model` → itself."""
     parts = [p for p in name.split(".") if p and not p.startswith("<")]
@@ -215,6 +230,9 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
         if _known(module):
             callee, reason = module_owner(module), f"{module} is {module_owner(module)}'s module"
             resolved = Resolved(callee, reason, (callee,))
+        elif where := _site_path(module, raised):
+            callee = module_owner(module)
+            resolved = Resolved(callee, f"{module} is an installed package's module ({where}), one the name index does not cover", (callee,))
         else:
             resolved = Resolved("", f"{module} is no installed package's module the name index knows (the user's own, perhaps)")
     else:
@@ -231,10 +249,17 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
             resolved = resolve(owner, caller=asker, installed=installed, around=near)
             if not resolved.dist and not resolved.candidates and kind == "attribute" and asker in ("", "user"):
                 resolved = _subclassed(owner, frames, dists) or resolved
+            if not resolved.dist and not resolved.candidates and kind == "attribute":  # a subclass may override a method
+                resolved = _named_after(owner, caller=asker, installed=installed, around=near) or resolved
         elif _owner(name) not in _CONSTRUCTORS:
             resolved = Resolved("", f"{name} names no class or function")
     callee = resolved.dist
-    caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer)
+    printed = bool(raised.frames) or raised.headless
+    caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer, printed=printed)
+    if not callee and caller not in ("", "user") and kind != "import_name" and not resolved.candidates and _owner(name)[:1].isupper():
+        # a library calls back into a class no indexed release defines: the model or object the user handed it
+        callee = "user"
+        resolved = Resolved("user", f"{resolved.reason}; {caller} calls into it: a class of your own or of the model's remote code")
     # an attribute's asker is printed, and an import's importer is the frame that raised; a call's caller may be cut
     if caller == callee and raised.headless and kind not in ("attribute", "import_name", "submodule"):
         caller, caller_reason = "", f"every frame printed is {callee}'s own code, and the excerpt starts after the caller's frames"
@@ -256,6 +281,26 @@ def _subclassed(owner: str, frames: list[Frame], dists: list[str]) -> Resolved |
         if not dists[i] and dists[i - 1]:
             outer = frames[i - 1]
             return Resolved(dists[i - 1], f"{owner} is the user's own class; {outer.where()} called into its methods, so it subclasses {dists[i - 1]}'s")
+    return None
+
+
+#: A word of a class name: an acronym (`GRPO` in `GRPOTrainer`) or a capitalised word.
+_HUMP = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z][a-z0-9]+|[A-Z]+(?![a-z])")
+
+
+def _named_after(owner: str, **around: Any) -> Resolved | None:
+    """A class no indexed release defines whose name ends in one an indexed release does (`XGRPOTrainer` → trl's
+    `GRPOTrainer`, `OurDPOTrainer`): the user's subclass of it, asking for what the base class has. A one-word base
+    (`Trainer`, `Model`) is too common a suffix to tell."""
+    if definers(owner) or not owner[:1].isupper():
+        return None
+    for at in range(1, len(owner) - 1):
+        base = owner[at:]
+        if base[:1].isupper() and owner[at - 1] != "_" and len(_HUMP.findall(base)) >= 2 and definers(base):
+            found = resolve(base, **around)
+            if not found.dist:
+                return None
+            return Resolved(found.dist, f"{owner} is in no indexed release; its name ends in {base} ({found.reason}): a subclass of it", found.candidates)
     return None
 
 
@@ -286,13 +331,17 @@ def _range(raised: Raised) -> Boundary | None:
     return Boundary("range", stated.package, stated.needed, caller, why, callee, f"the message names {stated.package} as the package needed")
 
 
-def _caller(kind: str, frames: list[Frame], dists: list[str], callee: str, importer: str = "") -> tuple[str, str]:
-    """The caller's distribution ('user' for the user's code) and why; '' where no frame was printed. `importer`: the
-    module a lazy-import wrapper names as the one whose import failed (transformers' `Failed to import X because of`)."""
+def _caller(kind: str, frames: list[Frame], dists: list[str], callee: str, importer: str = "", *, printed: bool = True) -> tuple[str, str]:
+    """The caller's distribution ('user' for the user's code) and why; '' where frames were printed but none of the
+    caller's (an excerpt cut above a library's frames). `importer`: the module a lazy-import wrapper names as the one whose
+    import failed (transformers' `Failed to import X because of`); `printed`: whether the exception has any frame or
+    source line at all (a message alone is the program's own failure as far as the log goes)."""
     if not frames and importer and kind in ("import_name", "submodule") and (owner := module_owner(importer)):
         return owner, f"{importer} imports it (the lazy-import wrapper's message names the module whose import failed)"
     if not frames and importer:  # an attribute asked while importing: any module that import loaded may have asked
         return "", f"asked for while {importer} was imported; the asking frame is not printed"
+    if not frames and not printed:  # the message alone: whatever ran it is the user's program, as far as the log goes
+        return "user", "no frame is printed at all: the program that ran (your code, or a package it loaded: the log shows no more)"
     if not frames:
         return "", "no frame of the caller was printed"
     if kind == "attribute":  # the frame that asked (an accessor that refused is looked through)

@@ -28,6 +28,7 @@ from .garble import garbled
 from .imports import read_missing
 from .imports import remedy as missing_remedy
 from .logscan import LogScan
+from .rules import guarded
 
 
 @dataclass(frozen=True)
@@ -455,6 +456,13 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
         missing = read_missing(hit.line, hit.context)
         if missing is not None:
             return missing_remedy(missing)
+    judged = evidence.strong(facts.scan, Outcome.MISSING_MODULE) if outcome == Outcome.MISSING_MODULE else None
+    if judged is not None and (undefined := guarded(judged.raised)) is not None:
+        name, dist = undefined
+        return (
+            f"{name} is {dist}'s, and the code imports it only when {dist} can be imported (a guarded import): install {dist}, "
+            f"or, where it is installed, the {dist} release that defines {name} (the installed one lacks it)"
+        )
     if outcome == Outcome.OOM and facts.scan.first_variant(Outcome.OOM) == "free_memory":
         return (
             "the engine found less free GPU memory at start-up than its gpu_memory_utilization asks for: lower "

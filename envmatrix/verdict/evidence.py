@@ -46,7 +46,7 @@ def _across(raised: Raised) -> str:
         return ""
     caller = crossed.who
     verb = {"attribute": "asks", "import_name": "imports from", "submodule": "imports from", "range": "requires"}.get(crossed.kind, "calls")
-    return f"caller {caller}, callee {crossed.callee}: {caller} {verb} {crossed.callee}"
+    return f"caller {caller}, callee {crossed.callee_who}: {caller} {verb} {crossed.callee_who}"
 
 
 def quote(judged: Judged) -> str:

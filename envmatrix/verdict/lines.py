@@ -86,9 +86,16 @@ def clean(raw: str) -> Logical:
     return Logical(body, "/".join(stream), len(text) - len(body), logged)
 
 
+#: A flattened line break: `\\n` before an indent, a traceback's header, a frame, or an exception line.
+_BREAK = re.compile(r"\\n(?:\s|Traceback|File |During |The above |[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b)")
+
+
 def unflatten(raw: str) -> list[str]:
     """A traceback printed on one line with literal `\\n` between its lines (a JSON or repr'd field, Ray's error
-    strings) as the lines it holds; any other line as itself."""
+    strings) as the lines it holds; any other line as itself. A frame's Windows path (`C:\\Users\\nirivas\\…\\numpy`) holds
+    `\\n` too, followed by a name: a flattened line break is followed by the next line's indent or its first word."""
     if "\\n" not in raw or ("Traceback (most recent call last)" not in raw and 'File \\"' not in raw and 'File "' not in raw):
+        return [raw]
+    if _BREAK.search(raw) is None:
         return [raw]
     return [part.replace('\\"', '"') for part in raw.split("\\n")]

@@ -62,9 +62,9 @@ SIGNATURES: dict[str, str] = {
     "sigfpe:shell": r"Floating point exception",
     "sigfpe:name": r"SIGFPE\b",
     "import_abi:symbol": r"undefined symbol:\s*\S+",
-    "import_abi:glibc": r"GLIBC_[0-9.]+'?\s+not found",
-    "import_abi:glibcxx": r"GLIBCXX_[0-9.]+'?\s+not found",
-    "import_abi:cxxabi": r"CXXABI_[0-9.]+'?\s+not found",
+    "import_abi:glibc": r"GLIBC_[0-9.]+['’`]?\s+not found",  # a quote as typed or as a forum rendered it
+    "import_abi:glibcxx": r"GLIBCXX_[0-9.]+['’`]?\s+not found",
+    "import_abi:cxxabi": r"CXXABI_[0-9.]+['’`]?\s+not found",
     "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
     # an architecture the installed transformers does not know: the probe's wording, then transformers' own
     "unknown_model:probe": r"model_type '[\w.-]+' \([^)]*\) is not known to transformers [\w.]+",
@@ -73,7 +73,7 @@ SIGNATURES: dict[str, str] = {
     # the training engines' own failures (DeepSpeed ZeRO, FSDP, accelerate): facts/enginefailures.py owns them
     **{f"{failure.outcome}:{name}": failure.pattern for name, failure in ENGINE_FAILURES.items()},
     # a module or library that is not installed (or lacks a name): the evidence names it, the context the importer
-    "missing_module:not_found": r"No module named '?[A-Za-z_][\w.]*'?",
+    "missing_module:not_found": r"No module named ['‘’\"]?[A-Za-z_][\w.]*['‘’\"]?",
     "missing_module:requires_library": r"requires\s+the\s+\S+\s+library\s+but\s+it\s+was\s+not\s+found\s+in\s+your\s+envir\w*",  # 3.x: 'enviromnent'
     "missing_module:requires_packages": r"requires\s+the\s+following\s+packages\s+that\s+were\s+not\s+found\s+in\s+your\s+envir\w*:\s*[\w.,\s-]+",
     "missing_module:requires_pin": r"requires\s+`?[A-Za-z_][\w.-]*(?:[<>=!~]=?[\w.*]+)?`?\s*:\s*(?:[Pp]lease\s+)?(?:run|install)\s+`?pip install",
@@ -91,6 +91,8 @@ SIGNATURES: dict[str, str] = {
     "unsupported_gpu:sm": r"is not compatible with the current PyTorch installation",
     "unsupported_gpu:too_old": r"PyTorch no longer supports this GPU because it is too old",
     # a capability refusal in a library's own words: `Your setup doesn't support bf16/gpu` (transformers' TrainingArguments)
+    # vLLM's and torch's bf16 refusal, in any case (a log pasted lower-cased)
+    "unsupported_gpu:bf16_cc": r"(?i:(?:bfloat16|bf16|fp8|float8)\s+is\s+only\s+supported\s+on\s+gpus\s+with\s+compute\s+capability)",
     "unsupported_gpu:setup": r"(?i:(?:setup|device|gpu|hardware|machine)\s+(?:doesn't|does\s+not|cannot|can't)\s+support\s+(?:bf16|bfloat16|fp8|tf32|flash))",
     "oom:cuda": r"CUDA out of memory",
     "oom:error": r"OutOfMemoryError",
@@ -131,10 +133,14 @@ SIGNATURES: dict[str, str] = {
     # its harmless WARN lines (a missing plugin, iommu advice) name none of these
     "nccl_error:warn": r"NCCL (?:WARN|ERROR)\b[^\n]*(?i:error|failed\s*:|failure|closed|broken pipe|reset by peer|refused"
     r"|timed? ?out|truncated|abort|unhandled|mismatch|unreachable|failed\s+to\b|wrong\s+type|retcode\s+[1-9]"
-    r"|already\s+checked\s+in)",  # the bootstrap root seeing one rank twice: a duplicate rank, the job cannot form
+    # the bootstrap root seeing one rank twice (a duplicate rank: the job cannot form); a verbs or system call that failed
+    r"|already\s+checked\s+in|call\s+to\s+\w+\s+failed)",
     # ProcessGroupNCCL's own watchdog line (`[E ProcessGroupNCCL.cpp:1537] ... Timeout at NCCL work: 15734`), printed as a log
     # record, not an exception, before the process is torn down
     "nccl_error:pg_timeout": r"Timeout at NCCL work:\s*\d+",
+    # ProcessGroupNCCL's error and fatal log records (`[E429 13:55:49.38 ProcessGroupNCCL.cpp:1743]`; its warnings are `W`):
+    # it logs at those levels only on the way to an abort, whatever the wrapped message after them says
+    "nccl_error:pg_log": r"\[[EF](?:\d{3,4}\s+[\d:.]+)?\s+ProcessGroupNCCL\.cpp:\d+\]",
     # NCCL's trace of an error code returned up its call chain (`NCCL INFO proxy.cc:1306 -> 3`): a non-zero code, in any wrapper
     "nccl_error:retcode": r"NCCL INFO\s+[\w/.-]+\.(?:cc|cu|h):\d+\s+->\s+[1-9]\d*[ \t]*(?:\r?\n|$)",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",

@@ -78,7 +78,7 @@ def sentence(b: Boundary, versions: Mapping[str, str], first_bad: str | None = N
     if b.kind in ("import_name", "submodule"):
         owner = b.name
     elif b.callee:
-        owner = f"{_of(b.callee)} {b.name}"
+        owner = f"{_of(b.callee_who)} {b.name}"
     else:
         owner = b.name + (f" (defined by {', '.join(b.candidates)}: the log does not say which)" if b.candidates else "")
     call = "()" if b.callee and not owner.endswith("()") else ""
@@ -100,6 +100,11 @@ def sentence(b: Boundary, versions: Mapping[str, str], first_bad: str | None = N
         fix = f"install the release of the package that defines {b.name} that {who} was written for, or {move} the installed one"
         return f"{ask}, which the installed release does not {_BASE[verb]}: {fix}"
     callee = b.callee
+    if callee == "user":  # a library calls back into a class of the user's (or the model's remote code)
+        return (
+            f"{ask}, which your code does not {_BASE[verb]}: update that class (or the model's remote code, a revision written for "
+            f"the installed {b.caller}) to what {b.caller} now expects, or install the {b.caller} release it was written for"
+        )
     if first_bad:
         lack = f"which {callee} no longer {verb} from {first_bad}"
         fix = f"pin {callee} < {first_bad} or move {who} to a release written for it"

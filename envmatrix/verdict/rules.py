@@ -19,6 +19,7 @@ list of distribution names (`''` for the user's own code). `{name}` in a value i
                    (a package's own code called itself), `unknown` (a side the log does not say), `none` (no call named);
                    also `indexed` where the name index says a release of the callee defines the name (`cannot import name`)
 - `error.bare`     `yes` for an exception's message printed alone, without its type (`cannot import name 'X' from 'trl'`)
+- `error.undefined` `library` for a NameError over a name one other distribution defines (a guarded import that did not run)
 - `frame.package`, `frame.module`, `frame.function`, `frame.path`: any frame
 
 The outcome `@code` means "the outcome of the code the message names"; an outcome written `name?` is a fallback, used only
@@ -36,6 +37,7 @@ from functools import cache
 from pathlib import Path
 
 from ..facts import catalog, enginefailures, errorcodes, modules
+from ..facts.nameindex import canonical, index, resolve
 from ..records.outcomes import OUTCOME_NAMES
 from . import boundary
 from .tracebacks import Raised
@@ -173,6 +175,8 @@ def _values(key: str, raised: Raised) -> list[str]:
             return [side, "indexed"] if crossed is not None and crossed.indexed else [side]
         case "error.bare":
             return ["yes" if raised.bare else "no"]
+        case "error.undefined":
+            return ["library" if guarded(raised) else "none"]
         case "error.ignored":
             return ["yes" if raised.ignored else "no"]
         case "error.stack":
@@ -188,8 +192,27 @@ def _values(key: str, raised: Raised) -> list[str]:
     raise AssertionError(key)  # keys are checked when the rules are parsed
 
 
+_NAME_ERROR = re.compile(r"^name '(?P<name>\w+)' is not defined")
+
+
+def guarded(raised: Raised) -> tuple[str, str] | None:
+    """(name, distribution) for a NameError over a name another distribution defines (`name 'LoraConfig' is not defined`
+    in trl: peft's): the code imports it only when that package imports (a guarded `try: from peft import …`), and it
+    did not: the package is not installed, or its release lacks the name. None for any other name (a typo, a local)."""
+    m = _NAME_ERROR.match(raised.value) if "NameError" in raised.types else None
+    if m is None:
+        return None
+    name = m.group("name")
+    own = canonical(raised.package) if raised.package not in ("", "python") else ""
+    found = resolve(name, caller=own, around=[f.package for f in raised.frames if f.package not in ("", "python")])
+    named = [d for d in found.candidates if any(name.startswith(f"{p}_") for p, o in index().packages.items() if o == d)]
+    dist = found.dist or (named[0] if len(named) == 1 else "")  # `flash_attn_varlen_func`: flash-attn's by its prefix
+    return (name, dist) if dist and dist != own else None
+
+
 KEYS = (
     "error.type", "error.value", "error.package", "error.module", "error.caller", "error.code", "error.ignored", "error.stack", "error.boundary", "error.bare",
+    "error.undefined",
     "frame.package", "frame.module", "frame.function", "frame.path",
 )  # fmt: skip
 _CASELESS = ("error.value", "frame.path")

@@ -94,8 +94,18 @@ def test_remote_code_is_named_by_its_model_repository(path: str, project: str) -
     assert project_of(path) == project
 
 
-def test_an_exception_line_alone_leaves_the_caller_unnamed() -> None:
+def test_an_exception_line_alone_names_the_program_that_ran_as_the_caller_and_says_so() -> None:
     b = last_boundary("TypeError: LlamaForCausalLM.__init__() got an unexpected keyword argument 'peft_config'\n")
+    assert (b.caller, b.callee) == ("user", "transformers"), b
+    assert "no frame is printed at all" in b.caller_reason, b
+
+
+def test_frames_cut_above_a_librarys_own_leave_the_caller_unnamed() -> None:
+    log = """  File "/usr/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py", line 12, in __init__
+    super().__init__(config)
+TypeError: LlamaForCausalLM.__init__() got an unexpected keyword argument 'peft_config'
+"""
+    b = last_boundary(log)
     assert (b.caller, b.callee) == ("", "transformers"), b
 
 

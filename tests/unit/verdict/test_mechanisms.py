@@ -282,10 +282,24 @@ def test_a_generic_accessor_raises_for_the_package_that_asked() -> None:
         USER,
         (f"{SP}/trl/trainer/grpo_trainer.py", 400, "__init__"),
         (f"{SP}/torch/nn/modules/module.py", 1940, "__getattr__"),
-        exc="AttributeError: 'Qwen9ForCausalLM' object has no attribute 'warnings_given'",
+        exc="AttributeError: 'Qwen2ForCausalLM' object has no attribute 'warnings_given'",
     )
     v = verdict(log)
-    assert v.outcome == "api_mismatch" and "raised in trl (trl.trainer.grpo_trainer.__init__)" in v.evidence, v
+    assert v.outcome == "api_mismatch" and "caller trl, callee transformers" in v.evidence, v
+    assert "trl asks transformers' Qwen2ForCausalLM for `warnings_given`" in v.remedy, v
+
+
+def test_a_library_asking_a_class_no_index_knows_asks_the_users_or_the_remote_code() -> None:
+    """transformers calling back into a model class no indexed release defines (a model's remote code, the user's own
+    class): the callee is that code, and the advice is to update it or install the release it was written for."""
+    log = tb(
+        USER,
+        (f"{SP}/transformers/modeling_utils.py", 1872, "gradient_checkpointing_enable"),
+        exc="TypeError: ChatGLMPreTrainedModel._set_gradient_checkpointing() got an unexpected keyword argument 'enable'",
+    )
+    v = verdict(log)
+    assert v.outcome == "api_mismatch" and "caller transformers, callee your code" in v.evidence, v
+    assert "which your code does not take: update that class (or the model's remote code" in v.remedy, v
 
 
 def test_torchs_module_attribute_error_is_an_attribute_error() -> None:
