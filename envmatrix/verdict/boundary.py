@@ -39,7 +39,7 @@ _POSITIONAL = re.compile(
 _ATTRIBUTE = re.compile(
     r"(?:'(?P<cls>\w+)' object|module '(?P<mod>[\w.]+)'|type object '(?P<type>\w+)'|^(?P<bare>[A-Z]\w*)) has no attribute '?(?P<member>\w+)'?"
 )
-_IMPORT = re.compile(r"cannot import name '?(?P<member>\w+)'? from '?(?P<mod>[A-Za-z_][\w.]*)'?")
+_IMPORT = re.compile(r"cannot import name ['‘’]?(?P<member>\w+)['‘’]?(?: from ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*))?")
 _SUBMODULE = re.compile(r"^No module named '?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)'?")
 #: Functions that answer for another: an attribute one refuses was asked for by the frame that called it.
 _ACCESSORS = frozenset({"__getattr__", "__getattribute__", "_getattr", "getattr"})
@@ -166,8 +166,11 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
             return "attribute", m.group("mod"), m.group("member"), m.group("mod")
         return "attribute", m.group("cls") or m.group("type") or m.group("bare"), m.group("member"), ""
     if {"ImportError", "ModuleNotFoundError"} & set(types):
-        if m := _IMPORT.search(text):
+        if (m := _IMPORT.search(text)) and m.group("mod"):
             return "import_name", m.group("mod"), m.group("member"), m.group("mod")
+        if m and len(found := definers(m.group("member"))) == 1:  # no `from`: the one package that defines the name
+            top = next((p for p, d in index().packages.items() if d == found[0]), found[0].replace("-", "_"))
+            return "import_name", top, m.group("member"), top
         if (m := _SUBMODULE.search(text)) and _known(m.group("mod")):
             return "submodule", m.group("mod").split(".")[0], m.group("mod"), m.group("mod")
     return None

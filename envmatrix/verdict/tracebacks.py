@@ -76,6 +76,20 @@ _RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.
 #: Python's ImportError message printed alone (no type, no traceback: a launcher or a user's quote kept only the message):
 #: it is that ImportError, marked `bare`.
 _BARE_IMPORT = re.compile(r"cannot import name '?\w+'? from '?[A-Za-z_][\w.]*'?(?:\s*\([^)\n]*\))?\s*$")
+#: The same message inside a wrapper's or a user's sentence (`Error loading module X: cannot import name …`, `报错"ImportError:
+#: cannot import name …"`, `Code error: cannot import name ‘X’ from ‘m’. I checked …`), in any quotes; `from` may be cut.
+_EMBEDDED_IMPORT = re.compile(
+    r"(?<![\w.])cannot import name [`'‘’\"]?(?P<name>\w+)[`'‘’\"]?(?: from [`'‘’\"]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)[`'‘’\"]?"
+    r"(?P<path>\s*\([^)\n]{1,400}\))?)?"
+)
+
+
+def _said(m: re.Match[str]) -> str:
+    """An embedded import message as Python prints it: straight quotes, the path where one was printed, no prose after."""
+    said = f"cannot import name '{m.group('name')}'"
+    return said + (f" from '{m.group('mod')}'{m.group('path') or ''}" if m.group("mod") else "")
+
+
 #: A short label a user wrote before an exception line (`error info: `, `Error: `, `got: `); what follows must name an
 #: exception type that says it is one (`…Error:`), so prose with a colon is not read as one.
 _LABEL = re.compile(r"[A-Za-z][\w ]{0,30}:\s+(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)")
@@ -350,6 +364,10 @@ class Reader:
             self._raise(st, glued, glued.group(0), line_no, logical.stream, logical.logged)
             return True
         bare = "ImportError" if text.startswith("cannot import name") and _BARE_IMPORT.match(text) else ""
+        typed = False
+        if not bare and "import name" in text and (embedded := _EMBEDDED_IMPORT.search(text)):
+            typed = text[: embedded.start()].rstrip().endswith("ImportError:")  # `ImportError: …` behind a quote or a label
+            bare, text = "ImportError", _said(embedded)  # inside a wrapper's or a user's sentence: the message alone
         if not bare and not st.in_traceback and text[:1] == "'" and _BARE_ATTRIBUTE.fullmatch(text):
             bare = "AttributeError"  # the message alone, quoted as users paste it: `'LLMEngine' object has no attribute 'x'`
         inner = not bare and _INNER_ATTRIBUTE.match(text) is not None
@@ -361,7 +379,7 @@ class Reader:
             bare = "AttributeError"  # the wrapper prints its inner error's message without the type: the message says it
         if bare:
             importer = lazy.group("module") if lazy else ""
-            self._emit(st, Raised(bare, text[:MAX_VALUE], (), line_no, text[:400], logical.stream, bare=True, importer=importer))
+            self._emit(st, Raised(bare, text[:MAX_VALUE], (), line_no, text[:400], logical.stream, bare=not typed, importer=importer))
             st.value_lines, st.logged = 0, logical.logged
             return True
         if text.startswith(("^", "~")) or set(text) <= set("^~ "):

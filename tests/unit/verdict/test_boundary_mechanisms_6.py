@@ -154,3 +154,21 @@ def test_typographic_quotes_do_not_hide_an_abi_or_a_missing_module() -> None:
 def test_a_lower_cased_bf16_refusal_is_still_the_gpu_refusing() -> None:
     log = "valueerror: bfloat16 is only supported on gpus with compute capability of at least 8.0. your tesla t4 gpu has compute capability 7.5.\n"
     assert judged(log)[0] == "unsupported_gpu"
+
+
+def test_an_import_message_inside_a_sentence_or_quotes_is_that_import_error() -> None:
+    """ComfyUI's `Error loading module X: …`, a quote inside a user's sentence, typographic quotes, prose after it."""
+    for line in (
+        "Error loading module Lab: cannot import name 'EncoderDecoderCache' from 'transformers' (/v/site-packages/transformers/__init__.py)",
+        "it says \"ImportError: cannot import name 'EncoderDecoderCache' from 'transformers'\" when I run it",
+        "Code error: cannot import name ‘EncoderDecoderCache’ from ‘transformers’. I checked the file.",
+        "`ImportError: cannot import name 'EncoderDecoderCache' from 'transformers' `",
+        "ImportError: cannot import name 'EncoderDecoderCache' from 'transformers',  how to solve this?",
+    ):
+        outcome, remedy = judged(line + "\n")
+        assert outcome == "api_mismatch", (line, remedy)
+        assert last(line + "\n").callee == "transformers", line
+
+
+def test_an_exception_as_a_markdown_heading_is_read() -> None:
+    assert judged("# AttributeError: 'Qwen2ForCausalLM' object has no attribute 'warnings_issued'\n\nSome text.\n")[0] == "api_mismatch"
