@@ -190,6 +190,16 @@ def _site_path(module: str, raised: Raised) -> str:
     return next((t[m.start() + 1 :].split(")")[0].strip() for t in texts if (m := pattern.search(t))), "")
 
 
+_SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+
+
+def _outside_install(module: str, frames: list[Frame], dists: list[str]) -> list[str]:
+    """The user's own folder named like a package (`top_nsigma/src/vllm/sampler.py`) is no checkout of it when the message
+    shows that package installed in site-packages: a frame outside every site-packages folder is then the user's code."""
+    owner = module_owner(module)
+    return ["" if d == owner and not _SITE.search(f.path) else d for f, d in zip(frames, dists, strict=True)]
+
+
 def _owner(name: str) -> str:
     """`Accelerator.__init__` → `Accelerator`; `GRPOTrainer.create_model_card` → `GRPOTrainer`; `unwrap_model` → itself."""
     parts = [p for p in name.split(".") if p and not p.startswith("<")]
@@ -228,6 +238,8 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
     kind, name, member, module = called
     frames = [f for f in raised.frames if not _looked_through(f)]
     dists = [_dist(f) for f in frames]
+    if module and _SITE.search(raised.value.split("\n", 1)[0]):  # the message shows where the package is installed
+        dists = _outside_install(module, frames, dists)
     # the callee
     if module:
         if _known(module):

@@ -326,6 +326,10 @@ def _api_mismatch(f: RunFacts) -> str | None:
         for stated in ranges:
             if _dist(stated.package) in packages or (stated.said_by and _dist(stated.said_by) in packages):
                 return f"{evidence.quote(last)}; {stated.text()}: {stated.line}"
+    # no exception, nothing trained: a package's own statement that an installed release is outside its range is the failure
+    stated_line = f.scan.hits.get("evidence:range")
+    if last is None and stated_line is not None and ranges and ranges[0].violated and _ok_evidence(f) is None:
+        return f"{stated_line.quote()} ({ranges[0].text()})"
     return None
 
 

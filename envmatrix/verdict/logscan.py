@@ -138,6 +138,8 @@ SIGNATURES: dict[str, str] = {
     # ProcessGroupNCCL's own watchdog line (`[E ProcessGroupNCCL.cpp:1537] ... Timeout at NCCL work: 15734`), printed as a log
     # record, not an exception, before the process is torn down
     "nccl_error:pg_timeout": r"Timeout at NCCL work:\s*\d+",
+    # NCCL's InfiniBand transport reporting a failed work completion (`NET/IB : Got completion from peer … with status=12`)
+    "nccl_error:ib_completion": r"Got completion from peer \S+ with (?:status=|error )[1-9]",
     # ProcessGroupNCCL's error and fatal log records (`[E429 13:55:49.38 ProcessGroupNCCL.cpp:1743]`; its warnings are `W`):
     # it logs at those levels only on the way to an abort, whatever the wrapped message after them says
     "nccl_error:pg_log": r"\[[EF](?:\d{3,4}\s+[\d:.]+)?\s+ProcessGroupNCCL\.cpp:\d+\]",
@@ -147,7 +149,7 @@ SIGNATURES: dict[str, str] = {
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     "crash:segv": r"Segmentation fault",
     "crash:bus": r"Bus error",
-    "crash:killed": r"(?m)(?:^|\d[ \t]+)Killed(?:[ \t]|$)",
+    "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)",  # the shell's notice, also in a Chinese locale
     "crash:core": r"(?:Aborted|Illegal instruction) \(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT) received",
     # Ray's, vLLM's and a launcher's notices that a worker process died (the signal or OOM it names decides where one is named)
     "crash:worker_died": r"A worker died or was killed while executing|(?:[Aa]ctor|[Ww]orker|Worker proc [\w-]+) died unexpectedly"
@@ -163,7 +165,9 @@ SIGNATURES: dict[str, str] = {
     "error:traceback": r"Traceback \(most recent call last\)",
     # not an outcome: a package's statement of the range it needs (evidence for an API mismatch, read by evidence.py)
     "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"
-    r"|,\s+but\s+you\s+have\s+[\w.-]+\s+v?\d|you\s+have\s+(?:version\s+)?v?\d+\.\d+[\w.]*\s+installed)",
+    r"|,\s+but\s+you\s+have\s+[\w.-]+\s+v?\d|you\s+have\s+(?:version\s+)?v?\d+\.\d+[\w.]*\s+installed"
+    r"|requires?\s+[A-Za-z][\w.-]*\s*[<>=!~]=?\s*\d[\w.]*,?\s+(?:but\s+)?got\s+v?\d"
+    r"|is\s+installed\s+with\s+version\s+v?\d[\w.]*,?\s+which\s+is\s+(?:less|lower|older)\s+than\s+the\s+minimum)",
 }
 # Facts a remedy names (the cuBLAS version loaded, the sampling and group settings, the model and attention);
 # the value is the group named VALUE, or the matched text for a fact that is a presence.

@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion
+
 #: A package's statement of what it needs and what it found, in the forms packages print it: pip's resolver (`trl 0.19.1
 #: requires transformers>=4.46.0, but you have transformers 4.44.2`), transformers' dependency check (`huggingface-hub>=0.34.0,
 #: <1.0 is required for a normal functioning of this module, but found huggingface-hub==1.2.3`), a trainer's range (`supports
@@ -38,8 +41,14 @@ _RANGES = (
         re.I,
     ),
     re.compile(
-        r"requires?\s+(?P<pkg>[A-Za-z][\w.-]*)\s*(?P<spec>[<>=!~]=?\s*\d[\w.*]*(?:\s*,\s*[<>=!~]=?\s*\d[\w.*]*)*)"
-        r".{0,160}?\b(?:but|you have|found|installed)\b.{0,60}?(?P<found>\d+\.\d[\w.+]*)",
+        r"(?:(?<![A-Za-z0-9_.-])(?!(?i:it|this|that|which|also|now|still|model|example|script|code|project|version|and|or)\s)(?P<who>[A-Za-z][A-Za-z0-9_.-]*)\s+)?requires?\s+(?P<pkg>[A-Za-z][\w.-]*)\s*(?P<spec>[<>=!~]=?\s*\d[\w.*]*(?:\s*,\s*[<>=!~]=?\s*\d[\w.*]*)*)"
+        r".{0,160}?\b(?:but|you have|found|installed|got)\b.{0,60}?(?P<found>\d+\.\d[\w.+]*)",
+        re.I,
+    ),
+    # sglang's own check: `sgl-kernel is installed with version 0.1.0, which is less than the minimum required version 0.1.1`
+    re.compile(
+        r"(?P<pkg>[A-Za-z][\w.-]*) is installed with version (?P<found>v?\d[\w.+]*?),? which is (?:less|lower|older) than the "
+        r"minimum (?:required )?version (?P<least>v?\d[\w.]*)",
         re.I,
     ),
 )
@@ -55,6 +64,15 @@ class Range:
     said_by: str
     line: str
 
+    @property
+    def violated(self) -> bool:
+        """The installed release is outside what is needed (a spec it does not satisfy); a range given in words (`from A
+        to B`, `one of`) or a release that does not parse counts as stated, so as violated."""
+        try:
+            return not SpecifierSet(self.needed).contains(self.found.lstrip("v"), prereleases=True)
+        except (InvalidSpecifier, InvalidVersion):
+            return True
+
     def text(self) -> str:
         who = f"{self.said_by} says " if self.said_by else ""
         return f"{who}{self.package} {self.needed} is needed, {self.found} is installed"
@@ -69,6 +87,8 @@ def read_range(text: str) -> Range | None:
                 package = (groups.get("named") or groups.get("src") or "").lower()
                 needed = f">={groups['min'].rstrip('.')}" if groups.get("min") else f">{groups['found'].rstrip('.')}"  # a source install
                 return Range(package, needed, groups["found"].rstrip("."), "", text.strip()[:400])
+            if groups.get("least"):
+                return Range(groups["pkg"], f">={groups['least'].rstrip('.')}", groups["found"].rstrip("."), "", text.strip()[:400])
             if groups.get("spec"):
                 needed = groups["spec"].replace(" ", "")
             elif groups.get("lo"):

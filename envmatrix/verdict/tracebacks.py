@@ -90,9 +90,12 @@ def _said(m: re.Match[str]) -> str:
     return said + (f" from '{m.group('mod')}'{m.group('path') or ''}" if m.group("mod") else "")
 
 
-#: A short label a user wrote before an exception line (`error info: `, `Error: `, `got: `); what follows must name an
-#: exception type that says it is one (`…Error:`), so prose with a colon is not read as one.
-_LABEL = re.compile(r"[A-Za-z][\w ]{0,30}:\s+(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)")
+#: A short label a user wrote before an exception line (`error info: `, `Error: `, `got: `, or words that end in `error`:
+#: `Raises the error `); what follows must name an exception type that says it is one (`…Error:`), so prose with a colon
+#: is not read as one.
+_LABEL = re.compile(r"[A-Za-z][\w ]{0,30}(?::\s+|\b(?i:error|exception)\s+)(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)")
+#: The actor a remote call ran in, which an actor framework puts before the message (xoscar's `[address=…, pid=…]`).
+_ACTOR = re.compile(r"^\[(?:address|actor|pid|node|worker)=[^\]\n]{0,200}\]\s*")
 _BARE_ATTRIBUTE = re.compile(r"'[A-Za-z_]\w{0,200}' object has no attribute '\w{1,200}'")
 #: A line of code (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))`): what a frame's source
 #: line looks like when an excerpt kept it without its `File` line.
@@ -457,7 +460,7 @@ class Reader:
             st.frames, cut.frames, cut.in_traceback, st.headless = cut.frames, [], False, True  # a cut frame line that lost its rank's prefix
         raised = Raised(
             m.group("type"),
-            (m.group("value") or (m.groupdict().get("repr") or "")[1:-1]).strip()[:MAX_VALUE],
+            _ACTOR.sub("", (m.group("value") or (m.groupdict().get("repr") or "")[1:-1]).strip())[:MAX_VALUE],
             tuple(st.frames),
             line_no,
             text[:400],

@@ -172,3 +172,58 @@ def test_an_import_message_inside_a_sentence_or_quotes_is_that_import_error() ->
 
 def test_an_exception_as_a_markdown_heading_is_read() -> None:
     assert judged("# AttributeError: 'Qwen2ForCausalLM' object has no attribute 'warnings_issued'\n\nSome text.\n")[0] == "api_mismatch"
+
+
+def test_a_users_folder_named_like_an_installed_package_is_the_users_code() -> None:
+    log = """Traceback (most recent call last):
+  File "/home/u/proj/src/vllm/test.py", line 3, in <module>
+    from sampler import S
+  File "/home/u/proj/src/vllm/sampler.py", line 21, in <module>
+    from vllm.sequence import SamplerOutput
+ImportError: cannot import name 'SamplerOutput' from 'vllm.sequence' (/env/lib/python3.10/site-packages/vllm/sequence.py)
+"""
+    b = last(log)
+    assert (b.caller, b.callee, b.who) == ("user", "vllm", "proj (your code)"), b
+
+
+def test_a_range_a_package_states_with_nothing_else_failing_is_the_mismatch() -> None:
+    for line in (
+        "then it fails: liger-kernel requires transformers >= 4.52.0, got 4.48.2.",
+        "Exception: sgl-kernel is installed with version 0.1.0, which is less than the minimum required version 0.1.1.",
+    ):
+        outcome, _ = judged(line + "\n")
+        assert outcome == "api_mismatch", line
+
+
+def test_a_range_the_installed_release_satisfies_is_no_failure() -> None:
+    assert judged("trl 0.19.1 requires transformers>=4.46.0, but you have transformers 4.50.0\n")[0] == "inconclusive"
+
+
+def test_a_range_in_a_run_that_trained_is_no_failure() -> None:
+    log = "liger-kernel requires transformers >= 4.52.0, got 4.48.2\n" + "".join(f"{{'loss': 0.5, 'grad_norm': 0.{i + 1}, 'epoch': 0.{i}}}\n" for i in range(4))
+    assert judged(log)[0] == "ok"
+
+
+def test_container_runtime_lines_in_a_markdown_table_are_read() -> None:
+    log = (
+        "  |   | 2025-11-03T21:19:45.400542593+08:00 stderr F ImportError: cannot import name 'EncoderDecoderCache' "
+        "from 'transformers' (/x/site-packages/transformers/__init__.py) |  \n"
+    )
+    assert judged(log)[0] == "api_mismatch"
+
+
+def test_an_actor_frameworks_address_before_the_message_is_not_the_message() -> None:
+    log = "AttributeError: [address=127.0.0.1:39577, pid=15865] 'Qwen2ForCausalLM' object has no attribute 'warnings_issued'\n"
+    assert judged(log)[0] == "api_mismatch"
+    assert last(log).callee == "transformers"
+
+
+def test_an_exception_after_prose_without_a_colon_is_read() -> None:
+    log = "Raises the error TypeError: Accelerator.__init__() got an unexpected keyword argument 'logging_dir'\n"
+    assert judged(log)[0] == "api_mismatch"
+    assert last(log).callee == "accelerate"
+
+
+def test_a_kill_in_a_chinese_locale_and_an_infiniband_completion_error() -> None:
+    assert judged("Writing metrics: /x/metrics.jsonl\n已杀死\n")[0] == "crash"
+    assert judged("NET/IB : Got completion from peer 10.0.0.2<36315> with status=12 opcode=0 len=0 vendor err 129\n")[0] == "nccl_error"
