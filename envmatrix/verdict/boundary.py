@@ -181,16 +181,19 @@ def _known(module: str) -> bool:
     return top in index().packages or top in STACK
 
 
+_SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+
+
 def _site_path(module: str, raised: Raised) -> str:
     """The installed path the message or a frame shows for a module's package (`…/site-packages/numpy/__init__.py`), or
     '': a package the name index does not cover is still a distribution, not the user's code, when pip installed it."""
-    top = re.escape(module.split(".")[0])
-    texts = [raised.value.split("\n", 1)[0], *(f.path for f in raised.frames)]
-    pattern = re.compile(rf"[/\\](?:site|dist)-packages[/\\]{top}(?:[/\\]|\.py\b)")
-    return next((t[m.start() + 1 :].split(")")[0].strip() for t in texts if (m := pattern.search(t))), "")
-
-
-_SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+    top = module.split(".")[0]
+    for text in (raised.value.split("\n", 1)[0], *(f.path for f in raised.frames)):
+        for m in _SITE.finditer(text):
+            rest = re.split(r"[/\\]", text[m.end() :], maxsplit=1)
+            if rest[0] in (top, f"{top}.py"):
+                return text[m.start() + 1 :].split(")")[0].strip()
+    return ""
 
 
 def _outside_install(module: str, frames: list[Frame], dists: list[str]) -> list[str]:
