@@ -59,7 +59,7 @@ SIGNATURES: dict[str, str] = {
     "sigfpe:ucx": r"Caught signal 8\b",
     "sigfpe:elastic": r"Signal 8 \(SIGFPE\)",
     "sigfpe:torchrun": r"exitcode\s*:\s*-8\b",
-    "sigfpe:shell": r"Floating point exception",
+    "sigfpe:shell": r"(?i:floating point exception)",  # bash's, and zsh's lower-case one
     "sigfpe:name": r"SIGFPE\b",
     "import_abi:symbol": r"undefined symbol:\s*\S+",
     "import_abi:glibc": r"GLIBC_[0-9.]+['’`]?\s+not found",  # a quote as typed or as a forum rendered it
@@ -95,6 +95,8 @@ SIGNATURES: dict[str, str] = {
     "unsupported_gpu:bf16_cc": r"(?i:(?:bfloat16|bf16|fp8|float8)\s+is\s+only\s+supported\s+on\s+gpus\s+with\s+compute\s+capability)",
     "unsupported_gpu:setup": r"(?i:(?:setup|device|gpu|hardware|machine)\s+(?:doesn't|does\s+not|cannot|can't)\s+support\s+(?:bf16|bfloat16|fp8|tf32|flash))",
     "oom:cuda": r"CUDA out of memory",
+    # torch's allocator message without its first words (an excerpt that kept its tail)
+    "oom:tail": r"Tried to allocate [\d.]+ [KMGT]i?B \(GPU \d+; [\d.]+ [KMGT]i?B total capacity",
     "oom:error": r"OutOfMemoryError",
     "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
     "oom:hip_enum": r"hipErrorOutOfMemory",  # CUDA's, cuBLAS's and cuDNN's codes are facts/errorcodes.py's
@@ -103,14 +105,14 @@ SIGNATURES: dict[str, str] = {
     # the host's allocator, printed outside any exception: Rust's alloc error (tokenizers), C++'s, errno 12
     "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
     # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
-    "oom:killer": r"oom-kill event|Out of memory: Kill(?:ed)? process|invoked oom-killer|OOMKilled|running low on memory"
+    "oom:killer": r"oom-kill event|(?i:out of memory: kill(?:ed)? process)|invoked oom-killer|OOMKilled|running low on memory"
     r"|\b[1-9]\d*\s+Workers?\s+\([^)\n]{0,40}\)\s+killed\s+due\s+to\s+memory\s+pressure",  # the raylet's count (0 is no OOM)
     # NCCL's own allocation failing, and an engine refusing to start on the free memory it found (vLLM)
     "oom:nccl": r"NCCL WARN Cuda failure '?out of memory",
     "oom:free_memory": r"Free memory on device[^\n]*(?:less than|lower than|not enough)",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
-    "grad_lost:element0": r"element\s+0\s+of\s+(?:tensors|variables)\s+does\s+not\s+require\s+grad",  # 'variables': torch < 1.0
+    "grad_lost:element0": r"element\s+\d+\s+of\s+(?:tensors|variables)\s+does\s+not\s+require\s+grad",  # 'variables': torch < 1.0
     "grad_lost:none_output": r"none\s+of\s+output\s+has\s+requires_grad=True",
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
@@ -118,7 +120,8 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:phrase": r"(?i:\bloss\s+(?:is|became|becomes|was|went)\s+(?:nan|inf)\b)",
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
-    "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore)",
+    "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore"
+    r"|reducing loss scale to \d(?:\.\d+)?e-\d{2,})",  # apex halving a scale that every step overflows, past 1e-10
     # a trainer's or engine's own notice that the gradient norm is not finite (a clip that raised, a skipped step's report)
     "nan_loss:grad_norm": r"(?i:grad(?:ient)?[ _]norm\s+(?:is|was|became)\s+(?:not\s+finite|non-?finite|nan|inf)\b"
     r"|non-?finite\s+(?:grad(?:ient)?s?\s+norm|grad(?:ient)?[ _]norm)|for gradients from `parameters` is non-finite"
@@ -208,6 +211,7 @@ _STRUCT = (
     rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
     rb"|File [~A-Za-z:]*[/\\][^\s,\"]*\.py:\d|Cell In ?\[\d*\], line \d"
+    rb"|\b(?:type|value|runtime|attribute|import|key|index|name|assertion|modulenotfound|notimplemented|os)error: "  # lower-cased
     rb"|\.py:\d+:? in [\w<]|\.py:\d+:[ \t]*(?m:$)|\.py: *" + "│".encode() + rb"|\.py\\?\", line \d+|\.py\]?(?:\([^)\n]{0,200}\))? in [\w<]"
 )
 # a metrics table's header (a notebook's Trainer output, markdown or columns): `Step | Training Loss | reward_std | …`

@@ -17,6 +17,7 @@ frames each, MAX_VALUE characters of message.
 
 from __future__ import annotations
 
+import builtins
 import re
 from dataclasses import dataclass, field, replace
 
@@ -93,7 +94,13 @@ def _said(m: re.Match[str]) -> str:
 #: A short label a user wrote before an exception line (`error info: `, `Error: `, `got: `, or words that end in `error`:
 #: `Raises the error `); what follows must name an exception type that says it is one (`…Error:`), so prose with a colon
 #: is not read as one.
-_LABEL = re.compile(r"[A-Za-z][\w ]{0,30}(?::\s+|\b(?i:error|exception)\s+)(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)")
+_LABEL = re.compile(
+    r"(?:[A-Za-z][\w ]{0,30}:\s+|[^\n]{0,200}?\b(?i:error|exception|message)\b(?:\s+(?i:is|was))?\s*[:(]?\s*)"
+    r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)"
+)
+#: Python's own exception types, by their lower-cased names (a log pasted lower-cased keeps them recognisable).
+_BUILTIN_TYPES = {n.lower(): n for n in dir(builtins) if n.endswith(("Error", "Exception"))}
+_LOWER_TYPE = re.compile(r"(?<![\w.])(" + "|".join(sorted(_BUILTIN_TYPES, key=len, reverse=True)) + r"):")
 #: The actor a remote call ran in, which an actor framework puts before the message (xoscar's `[address=…, pid=…]`).
 _ACTOR = re.compile(r"^\[(?:address|actor|pid|node|worker)=[^\]\n]{0,200}\]\s*")
 _BARE_ATTRIBUTE = re.compile(r"'[A-Za-z_]\w{0,200}' object has no attribute '\w{1,200}'")
@@ -354,6 +361,8 @@ class Reader:
             self._frame(st, frame_of(st.pending_path, int(m.group("line")), m.group("func")))
             st.pending_path = None
             return True
+        if text.islower() and "error:" in text:  # a log pasted lower-cased: `valueerror: bfloat16 is only supported …`
+            text = _LOWER_TYPE.sub(lambda t: _BUILTIN_TYPES[t.group(1)] + ":", text)
         m = _RAISED.fullmatch(text)
         if m is None and (label := _LABEL.match(text)):  # `error info: ModuleNotFoundError: …`: a user's label before it
             text, m = text[label.end() :], _RAISED.fullmatch(text[label.end() :])

@@ -227,3 +227,28 @@ def test_an_exception_after_prose_without_a_colon_is_read() -> None:
 def test_a_kill_in_a_chinese_locale_and_an_infiniband_completion_error() -> None:
     assert judged("Writing metrics: /x/metrics.jsonl\n已杀死\n")[0] == "crash"
     assert judged("NET/IB : Got completion from peer 10.0.0.2<36315> with status=12 opcode=0 len=0 vendor err 129\n")[0] == "nccl_error"
+
+
+def test_seventh_round_shapes_users_paste() -> None:
+    """Each of these lost its class before: torch's OOM message without its first words, the kernel's cgroup OOM kill,
+    any tensor index in autograd's refusal, apex halving a loss scale past 1e-10, zsh's lower-case SIGFPE, an exception in
+    Markdown code or pytest's short summary or after a user's sentence, and a log pasted lower-cased."""
+    cases = {
+        "Tried to allocate 20.00 MiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free)": "oom",
+        "Memory cgroup out of memory: Killed process 629 (train) total-vm:14119556kB": "oom",
+        "RuntimeError: element 1 of tensors does not require grad and does not have a grad_fn": "grad_lost",
+        "Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to 8.165126103939127e-202": "nan_loss",
+        "20121 floating point exception (core dumped)  python train.py": "sigfpe",
+        "saw error\n`TypeError: hf_hub_download() got an unexpected keyword argument 'use_auth_token'`": "api_mismatch",
+        "FAILED tests/test_x.py::TestX::test_y - AttributeError: type object 'DynamicCache' has no attribute 'from_legacy_cache'": "api_mismatch",
+        "when I run it, it emerge the error TypeError: GRPOTrainer.__init__() got an unexpected keyword argument 'tokenizer'.": "api_mismatch",
+        "error message is (typeerror: grpotrainer.__init__() got an unexpected keyword argument 'tokenizer')": "api_mismatch",
+    }
+    for log, expected in cases.items():
+        assert judged(log + "\n")[0] == expected, log
+
+
+def test_healthy_apex_scaling_and_prose_stay_healthy() -> None:
+    steps = "".join(f"{{'loss': 0.5, 'grad_norm': 0.{i + 1}, 'epoch': 0.{i}}}\n" for i in range(4))
+    assert judged("Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to 32768.0\n" + steps)[0] == "ok"
+    assert judged("we retried after a ConnectionError: reset by peer\n" + steps)[0] == "ok"
