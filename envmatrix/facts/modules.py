@@ -53,6 +53,27 @@ STACK: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
+#: Import packages of widely installed libraries outside the training stack (numerics, audio, vision, text, tooling): a
+#: message that names one (`module 'numpy' has no attribute 'float'`) names an installed distribution, not the user's
+#: code. Not read for frames (a folder of that name outside site-packages stays the user's).
+LIBRARIES: frozenset[str] = frozenset(
+    {
+        "numpy", "scipy", "pandas", "matplotlib", "torchvision", "torchaudio", "librosa", "gensim", "sympy", "nltk", "spacy",
+        "einops", "sentence_transformers", "onnx", "onnxruntime", "soundfile", "h5py", "tqdm", "requests", "pydantic", "gradio",
+        "openai", "tiktoken", "wandb", "tensorboard", "evaluate", "sentencepiece", "numba", "jsonschema", "packaging", "setuptools",
+        "pyarrow", "fsspec", "torchmetrics", "torchtext", "transformers_stream_generator", "modelscope", "optimum",
+        "auto_gptq", "awq", "gguf", "llama_cpp", "open_clip", "clip", "albumentations", "kornia", "networkx", "seaborn",
+    }
+)  # fmt: skip
+
+
+def known_import(name: str) -> bool:
+    """Whether an import name is an installed distribution's package rather than possibly the user's own module: the
+    training stack, a name that installs under another distribution, or a widely installed library (LIBRARIES)."""
+    top = name.split(".")[0]
+    return top in STACK or top in DISTRIBUTIONS or top in LIBRARIES
+
+
 def stack_package(name: str) -> bool:
     """Whether a folder name is an import package of the training stack (see STACK)."""
     return name in STACK

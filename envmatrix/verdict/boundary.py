@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..facts.modules import STACK
+from ..facts.modules import known_import
 from ..facts.nameindex import Resolved, canonical, definers, index, module_owner, resolve
 from .ranges import read_range
 from .tracebacks import Frame, Raised
@@ -177,8 +177,7 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
 
 
 def _known(module: str) -> bool:
-    top = module.split(".")[0]
-    return top in index().packages or top in STACK
+    return module.split(".")[0] in index().packages or known_import(module)
 
 
 _SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
@@ -274,8 +273,9 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
     callee = resolved.dist
     printed = bool(raised.frames) or raised.headless
     caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer, printed=printed)
-    if not callee and caller not in ("", "user") and kind != "import_name" and not resolved.candidates and _owner(name)[:1].isupper():
-        # a library calls back into a class no indexed release defines: the model or object the user handed it
+    if not callee and caller not in ("", "user") and kind in ("keyword", "positional", "attribute") and not resolved.candidates and not module and _owner(name) not in ("", *_CONSTRUCTORS):
+        # a library calls back into a class or function no indexed release defines: the model, object or patched function
+        # the user handed it
         callee = "user"
         resolved = Resolved("user", f"{resolved.reason}; {caller} calls into it: a class of your own or of the model's remote code")
     # an attribute's asker is printed, and an import's importer is the frame that raised; a call's caller may be cut

@@ -77,7 +77,7 @@ def _engine_names() -> str:
 def _known_package() -> str:
     """Import names of known distributions (the training stack, the names that install under another): a module Python
     names is one of them."""
-    names = sorted(set(modules.STACK) | {n for n in modules.DISTRIBUTIONS if "." not in n}, key=len, reverse=True)
+    names = sorted(set(modules.STACK) | modules.LIBRARIES | {n for n in modules.DISTRIBUTIONS if "." not in n}, key=len, reverse=True)
     return "(?:" + "|".join(re.escape(n) for n in names) + ")"
 
 

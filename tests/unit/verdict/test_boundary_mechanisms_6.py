@@ -59,14 +59,14 @@ TypeError: LabPreTrainedModel._set_gradient_checkpointing() got an unexpected ke
 def test_a_module_of_a_package_the_index_does_not_cover_is_named_by_its_installed_path() -> None:
     log = f"""Traceback (most recent call last):
   File "/srv/tagger/prep.py", line 3, in <module>
-    x = np.float(1)
-  File "{SITE}/numpy/__init__.py", line 353, in __getattr__
-    raise AttributeError(__former_attrs__[attr])
-AttributeError: module 'numpy' has no attribute 'float'.
+    x = ob.legacy(1)
+  File "{SITE}/obscurelib/__init__.py", line 353, in __getattr__
+    raise AttributeError(attr)
+AttributeError: module 'obscurelib' has no attribute 'legacy'.
 """
     b = last(log)
-    assert (b.caller, b.callee) == ("user", "numpy"), b
-    assert "numpy/__init__.py" in b.callee_reason
+    assert (b.caller, b.callee) == ("user", "obscurelib"), b
+    assert "obscurelib/__init__.py" in b.callee_reason
 
 
 def test_a_windows_path_holding_backslash_n_is_one_frame_not_a_flattened_traceback() -> None:
@@ -252,3 +252,22 @@ def test_healthy_apex_scaling_and_prose_stay_healthy() -> None:
     steps = "".join(f"{{'loss': 0.5, 'grad_norm': 0.{i + 1}, 'epoch': 0.{i}}}\n" for i in range(4))
     assert judged("Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to 32768.0\n" + steps)[0] == "ok"
     assert judged("we retried after a ConnectionError: reset by peer\n" + steps)[0] == "ok"
+
+
+def test_a_widely_installed_library_named_by_its_module_is_the_callee_without_a_path() -> None:
+    b = last(">>> from toolbox.datasets import load\nAttributeError: module 'numpy' has no attribute 'float'.\n")
+    assert (b.caller, b.callee) == ("user", "numpy"), b
+
+
+def test_a_library_calling_a_patched_function_no_index_defines_calls_the_patch() -> None:
+    log = f"""Traceback (most recent call last):
+  File "/home/u/run.py", line 9, in <module>
+    model.generate(x)
+  File "{SITE}/transformers/generation/utils.py", line 3007, in _sample
+    outputs = self(**model_inputs, return_dict=True)
+  File "{SITE}/torch/nn/modules/module.py", line 1750, in _call_impl
+    return forward_call(*args, **kwargs)
+TypeError: patched_llama_forward() got an unexpected keyword argument 'cache_position'
+"""
+    b = last(log)
+    assert (b.caller, b.callee_who) == ("transformers", "your code"), b
