@@ -273,15 +273,21 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
     callee = resolved.dist
     printed = bool(raised.frames) or raised.headless
     caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer, printed=printed)
-    if not callee and caller not in ("", "user") and kind in ("keyword", "positional", "attribute") and not resolved.candidates and not module and _owner(name) not in ("", *_CONSTRUCTORS):
+    if not callee and caller not in ("", "user") and _calls_back(kind, name, module, resolved):
         # a library calls back into a class or function no indexed release defines: the model, object or patched function
         # the user handed it
         callee = "user"
-        resolved = Resolved("user", f"{resolved.reason}; {caller} calls into it: a class of your own or of the model's remote code")
+        resolved = Resolved("user", f"{resolved.reason}; {caller} calls into it: code of your own or of the model's remote code")
     # an attribute's asker is printed, and an import's importer is the frame that raised; a call's caller may be cut
     if caller == callee and raised.headless and kind not in ("attribute", "import_name", "submodule"):
         caller, caller_reason = "", f"every frame printed is {callee}'s own code, and the excerpt starts after the caller's frames"
     return Boundary(kind, name, member, caller, caller_reason, callee, resolved.reason, resolved.candidates, _project(caller, frames, dists))
+
+
+def _calls_back(kind: str, name: str, module: str, resolved: Resolved) -> bool:
+    """A call or an attribute of a named class or function that no indexed release defines (no candidate at all), and no
+    module: what a library calls there is code it was handed."""
+    return kind in ("keyword", "positional", "attribute") and not resolved.candidates and not module and _owner(name) not in ("", *_CONSTRUCTORS)
 
 
 def _project(caller: str, frames: list[Frame], dists: list[str]) -> str:
