@@ -14,7 +14,9 @@ pattern. Tokens are words, numbers and special tokens. Text of at least MIN_TOKE
   without spaces, while text that mixes scripts keeps them apart, but for Latin inside Chinese, Japanese or Korean words
   (`使用pip安装`, `GPU를`), which is allowed;
 
-and any text is garbled with a run of CHAR_RUN (24) of one letter, digit, `!` or `?`.
+and any text is garbled with a run of CHAR_RUN (24) of one letter, digit, `!` or `?`, and any shorter text that is one
+token and nothing else, WHOLE_RUN (8) times or more (` is is is is is is is is is is`, ten equal token ids: an engine
+that emits one token for every step), or 3 times or more for a token that is never text (`<unk><unk><unk>…`).
 
 The thresholds were chosen on tests/data/real-logs (tests/unit/test_classify_garble.py re-checks them):
 on every line of the 57 non-garbled excerpts the largest values are a back-to-back run of 2, a top-token
@@ -36,6 +38,9 @@ TOP_SHARE = 0.5
 REPEAT_SHARE = 0.6
 SCRIPT_SHARE = 0.15
 CHAR_RUN = 24
+WHOLE_RUN = 8
+#: Special tokens a model emits as output only when generation is broken (the unknown and padding tokens).
+NEVER_TEXT = frozenset({"<unk>", "<UNK>", "<pad>", "<PAD>"})
 NOT_TEXT = 0.02  # a larger share of undecodable bytes (U+FFFD) is binary noise, not text a model wrote
 MAX_CHARS = 1 << 14  # a longer text is judged on its first 16 KiB: the measure stays cheap on any input
 
@@ -94,6 +99,8 @@ def garbled(text: str) -> Garble | None:
     if letters >= MIN_TOKENS and len(scripts) >= 3 and not undecodable and (word := _glued(tokens)) is not None:
         # judged on letters, not tokens: Chinese and Thai run many letters into one token
         return Garble(f"letters from {len(scripts)} scripts ({', '.join(sorted(scripts))}), glued inside words such as {word!r}")
+    if 0 < n < MIN_TOKENS and len(set(tokens)) == 1 and (n >= WHOLE_RUN or (n >= 3 and tokens[0] in NEVER_TEXT)):
+        return Garble(f"the whole text is token {tokens[0]!r} repeated {n} times")
     if n < MIN_TOKENS:
         return None
     length, token = _longest_run(tokens)

@@ -192,7 +192,7 @@ _NONFINITE = _KEYCH + rb"*(?i:loss|grad[ _]norm)" + _KEYCH + rb"*" + _SEP + rb"-
 _GEN: dict[str, bytes] = {
     # a label, or the field a server's JSON answer carries the text in (`Generated text:`, `{"text": …}`, `"content":`)
     "labelled": rb"(?i:\b(?:completions?|generations?|generated(?:[ _]text)?|outputs?|responses?|predictions?|preds?|samples?|answers?|decoded"
-    rb"|text|content)\b['\"]?\s*[:=])",
+    rb"|text|content|results?)\b['\"]?\s*[:=])",
     "special_run": rb"(?:<\|?[\w.-]{1,30}\|?>(?:\\n|\s){0,4}){8}",
     "ids": rb"(?:\d+,(?:\s|\[[^\]\n]*\]|:|\x1b\[[0-9;]*m)*){9}\d",
     "word_run": rb"(?:[A-Za-z]+[^\w\n]{1,3}){24}",
@@ -569,7 +569,7 @@ class _Scanner:
         self.gen_left -= 1
         lo, hi = _line_bounds(buf, m.start(), m.end())
         if kind == "labelled":
-            text = buf[m.end() : hi]
+            text = _quoted(buf[m.end() : hi])
         elif kind == "ids":
             text = _id_list(buf, m.start())
         else:
@@ -579,7 +579,15 @@ class _Scanner:
             self.scan.garbled = (hit(m.start(), m.end()), verdict.reason)
         if verdict is not None or self.gen_left <= 0:
             self.todo.discard("gen")
-        return hi
+        return m.end() if kind == "labelled" else hi  # a later label on the same line holds another text (`text=` in `outputs=[…]`)
+
+
+def _quoted(text: bytes) -> bytes:
+    """A labelled text that opens with a quote (`text=' is is is', token_ids=[…]`): the quoted part, not the fields after."""
+    body = text.lstrip()
+    if body[:1] in (b"'", b'"') and (end := body.find(body[:1], 1)) > 0:
+        return body[1:end]
+    return text
 
 
 def _cells(line: bytes) -> list[bytes]:

@@ -271,3 +271,14 @@ TypeError: patched_llama_forward() got an unexpected keyword argument 'cache_pos
 """
     b = last(log)
     assert (b.caller, b.callee_who) == ("transformers", "your code"), b
+
+
+def test_a_short_output_that_is_one_token_and_nothing_else_is_garbled() -> None:
+    line = "outputs=[CompletionOutput(index=0, text=' is is is is is is is is is is', token_ids=[563, 563, 563, 563, 563, 563, 563, 563, 563, 563], finish_reason=length)]"
+    assert judged(line + "\n")[0] == "garbled_output"
+    assert judged("2. inference result: <unk><unk><unk><unk>...\n")[0] == "garbled_output"
+
+
+def test_short_repetition_that_is_text_is_not_garbled() -> None:
+    assert judged("outputs=[CompletionOutput(index=0, text=' yes yes yes', finish_reason=stop)]\n")[0] == "inconclusive"
+    assert judged("result: ok ok\n")[0] == "inconclusive"
