@@ -274,7 +274,8 @@ TypeError: patched_llama_forward() got an unexpected keyword argument 'cache_pos
 
 
 def test_a_short_output_that_is_one_token_and_nothing_else_is_garbled() -> None:
-    line = "outputs=[CompletionOutput(index=0, text=' is is is is is is is is is is', token_ids=[563, 563, 563, 563, 563, 563, 563, 563, 563, 563], finish_reason=length)]"
+    ids = ", ".join(["563"] * 10)
+    line = f"outputs=[CompletionOutput(index=0, text=' is is is is is is is is is is', token_ids=[{ids}], finish_reason=length)]"
     assert judged(line + "\n")[0] == "garbled_output"
     assert judged("2. inference result: <unk><unk><unk><unk>...\n")[0] == "garbled_output"
 
