@@ -207,7 +207,7 @@ _GEN: dict[str, bytes] = {
 #: What it finds is read by tracebacks.py, a region at a time.
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
-    rb"|terminate called after throwing an instance of|cannot import name \W{0,3}\w|' object has no attribute '"
+    rb"|terminate called after throwing an instance of|cannot import name \W{0,3}\w|' object has no attribute '|\(\) got an unexpected keyword argument '"
     rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
     rb"|File [~A-Za-z:]*[/\\][^\s,\"]*\.py:\d|Cell In ?\[\d*\], line \d"

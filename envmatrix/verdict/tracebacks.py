@@ -85,6 +85,10 @@ _EMBEDDED_IMPORT = re.compile(
 )
 
 
+#: Python's TypeError over a keyword, printed without its type by a logger or a wrapper (`str(e)`).
+_EMBEDDED_KEYWORD = re.compile(r"(?<![\w.])[A-Za-z_][\w.]{0,200}\(\) got an unexpected keyword argument '\w{1,200}'")
+
+
 def _said(m: re.Match[str]) -> str:
     """An embedded import message as Python prints it: straight quotes, the path where one was printed, no prose after."""
     said = f"cannot import name '{m.group('name')}'"
@@ -380,6 +384,8 @@ class Reader:
         if not bare and "import name" in text and (embedded := _EMBEDDED_IMPORT.search(text)):
             typed = text[: embedded.start()].rstrip().endswith("ImportError:")  # `ImportError: …` behind a quote or a label
             bare, text = "ImportError", _said(embedded)  # inside a wrapper's or a user's sentence: the message alone
+        elif not bare and "unexpected keyword" in text and (keyword := _EMBEDDED_KEYWORD.search(text)):
+            bare, text = "TypeError", keyword.group(0)  # a logger's `Engine loop error: f() got an unexpected keyword …`
         if not bare and not st.in_traceback and text[:1] == "'" and _BARE_ATTRIBUTE.fullmatch(text):
             bare = "AttributeError"  # the message alone, quoted as users paste it: `'LLMEngine' object has no attribute 'x'`
         inner = not bare and _INNER_ATTRIBUTE.match(text) is not None

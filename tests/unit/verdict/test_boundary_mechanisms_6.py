@@ -283,3 +283,9 @@ def test_a_short_output_that_is_one_token_and_nothing_else_is_garbled() -> None:
 def test_short_repetition_that_is_text_is_not_garbled() -> None:
     assert judged("outputs=[CompletionOutput(index=0, text=' yes yes yes', finish_reason=stop)]\n")[0] == "inconclusive"
     assert judged("result: ok ok\n")[0] == "inconclusive"
+
+
+def test_a_keyword_type_error_a_logger_printed_without_its_type_is_that_type_error() -> None:
+    log = "Running benchmark\nEngine loop error: GRPOTrainer.__init__() got an unexpected keyword argument 'tokenizer'\n"
+    assert judged(log)[0] == "api_mismatch"
+    assert last(log).callee == "trl"
