@@ -121,7 +121,8 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
     "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore"
-    r"|reducing loss scale to \d(?:\.\d+)?e-\d{2,})",  # apex halving a scale that every step overflows, past 1e-10
+    # apex and DeepSpeed halving a scale that every step overflows, down to 2 or below (apex's past 1e-10)
+    r"|reducing (?:loss scale )?to (?:[0-2](?:\.\d+)?(?:e-\d+)?|\d(?:\.\d+)?e-\d{2,})(?:[^\d.]|\.(?:\D|$)|$))",
     # a trainer's or engine's own notice that the gradient norm is not finite (a clip that raised, a skipped step's report)
     "nan_loss:grad_norm": r"(?i:grad(?:ient)?[ _]norm\s+(?:is|was|became)\s+(?:not\s+finite|non-?finite|nan|inf)\b"
     r"|non-?finite\s+(?:grad(?:ient)?s?\s+norm|grad(?:ient)?[ _]norm)|for gradients from `parameters` is non-finite"

@@ -56,7 +56,7 @@ _LAZY = re.compile(r"Failed to import (?P<module>[A-Za-z_][\w.]*) because of the
 _BUILTIN_BASE = {"ModuleAttributeError": "AttributeError"}
 
 #: An AttributeError's message (a name a module, class or object lacks), as a lazy-import wrapper prints it under its line.
-_INNER_ATTRIBUTE = re.compile(r"(?:module '[\w.]+'|'?[A-Za-z_]\w*'? object|type object '\w+') has no attribute '?\w+'?\s*$")
+_INNER_ATTRIBUTE = re.compile(r"(?:module '?[\w.]+'?|'?[A-Za-z_]\w*'? object|type object '\w+') has no attribute '?\w+'?\.?\s*$")
 _IPYTHON_SOURCE = re.compile(r"(?P<arrow>-*>)?\s*\d{1,6}\s(?P<source>.*)$")
 _RICH_TAIL = re.compile(r"(?P<line>\d+) in (?P<func>[\w<>.]{1,200})$")
 #: An exception line: a dotted name, optionally wrapping another (`RayTaskError(OutOfMemoryError)`), then `: message`

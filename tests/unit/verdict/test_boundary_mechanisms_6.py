@@ -289,3 +289,17 @@ def test_a_keyword_type_error_a_logger_printed_without_its_type_is_that_type_err
     log = "Running benchmark\nEngine loop error: GRPOTrainer.__init__() got an unexpected keyword argument 'tokenizer'\n"
     assert judged(log)[0] == "api_mismatch"
     assert last(log).callee == "trl"
+
+
+def test_eighth_round_shapes() -> None:
+    """An unquoted module (`module trl has no attribute GRPOConfig`), an inner attribute error ending in a full stop
+    under the lazy-import wrapper, and DeepSpeed's loss scale halved down to 2."""
+    assert judged("AttributeError: module trl has no attribute GRPOConfig. Did you mean: 'ORPOConfig'?\n")[0] == "api_mismatch"
+    log = (
+        "RuntimeError: Failed to import trl.trainer.dpo_trainer because of the following error (look up to see its traceback):\n"
+        "'Qwen2ForCausalLM' object has no attribute 'warnings_issued'.\n"
+    )
+    assert judged(log)[0] == "api_mismatch"
+    scale = "".join(f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {2 * s}, reducing to {s}\n" for s in (32, 16, 8, 4, 2))
+    assert judged(scale)[0] == "nan_loss"
+    assert judged("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n")[0] == "inconclusive"
