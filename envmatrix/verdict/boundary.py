@@ -168,8 +168,8 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
     if {"ImportError", "ModuleNotFoundError"} & set(types):
         if (m := _IMPORT.search(text)) and m.group("mod"):
             return "import_name", m.group("mod"), m.group("member"), m.group("mod")
-        if m and len(found := definers(m.group("member"))) == 1:  # no `from`: the one package that defines the name
-            top = next((p for p, d in index().packages.items() if d == found[0]), found[0].replace("-", "_"))
+        if m and (found := resolve(m.group("member")).dist):  # no `from`: the package the name resolves to
+            top = next((p for p, d in index().packages.items() if d == found), found.replace("-", "_"))
             return "import_name", top, m.group("member"), top
         if (m := _SUBMODULE.search(text)) and _known(m.group("mod")):
             return "submodule", m.group("mod").split(".")[0], m.group("mod"), m.group("mod")

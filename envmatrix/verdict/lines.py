@@ -49,7 +49,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
         r"[\w.-]{1,80}\s{1,8}\|(?=\s)",  # docker compose: `gemma-vllm-server  | `
         r">+(?=\s)",  # a quoted reply
         r"\*\*(?=[A-Za-z_])",  # markdown bold around a line a user pasted (`**TypeError: …**`); its closing `**` goes too
-        r"`(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)",  # Markdown code around an exception line
+        r"`(?=[ \t\[A-Za-z_])",  # Markdown code opened at the line start (`` `ImportError: …` ``, `` ` [rank0]: File … ``)
         r"(?:FAILED|ERROR)\s+\S+::\S+\s+-(?=\s)",  # pytest's short summary: `FAILED tests/x.py::test_y - TypeError: …`
         r"#{1,6}(?=[ \t]+(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)",  # an exception as a markdown heading (an issue's title)
         r"[\w.-]{1,80}:\d+:\d+\s+\[\d+\]",  # NCCL's own logger: `host:pid:tid [cudaDev] NCCL INFO …`

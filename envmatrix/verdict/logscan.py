@@ -65,6 +65,8 @@ SIGNATURES: dict[str, str] = {
     "import_abi:glibc": r"GLIBC_[0-9.]+['’`]?\s+not found",  # a quote as typed or as a forum rendered it
     "import_abi:glibcxx": r"GLIBCXX_[0-9.]+['’`]?\s+not found",
     "import_abi:cxxabi": r"CXXABI_[0-9.]+['’`]?\s+not found",
+    # xFormers' own notice that its compiled part does not load (built for another torch, CUDA or Python)
+    "import_abi:xformers": r"xFormers can't load C\+\+/CUDA extensions",
     "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
     # an architecture the installed transformers does not know: the probe's wording, then transformers' own
     "unknown_model:probe": r"model_type '[\w.-]+' \([^)]*\) is not known to transformers [\w.]+",
@@ -208,7 +210,8 @@ _GEN: dict[str, bytes] = {
 #: What it finds is read by tracebacks.py, a region at a time.
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
-    rb"|terminate called after throwing an instance of|cannot import name \W{0,3}\w|' object has no attribute '|\(\) got an unexpected keyword argument '"
+    rb"|terminate called after throwing an instance of|cannot import name \W{0,3}\w|' object has no attribute '"
+    rb"|[a-z0-9] has no attribute \w|\(\) got an unexpected keyword argument '"
     rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
     rb"|File [~A-Za-z:]*[/\\][^\s,\"]*\.py:\d|Cell In ?\[\d*\], line \d"

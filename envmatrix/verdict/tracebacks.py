@@ -89,6 +89,11 @@ _EMBEDDED_IMPORT = re.compile(
 _EMBEDDED_KEYWORD = re.compile(r"(?<![\w.])[A-Za-z_][\w.]{0,200}\(\) got an unexpected keyword argument '\w{1,200}'")
 
 
+#: An attribute refusal printed without its type inside a sentence: a class-like name (a quoted object, or a CamelCase
+#: name as transformers' tokenizer prints `Qwen2TokenizerFast has no attribute tokenizer`).
+_EMBEDDED_ATTRIBUTE = re.compile(r"(?<![A-Za-z0-9_.'])(?:'[A-Za-z_]\w{0,200}' object|[A-Z]\w{0,200}[a-z]\w{0,200}) has no attribute '?\w{1,200}'?")
+
+
 def _said(m: re.Match[str]) -> str:
     """An embedded import message as Python prints it: straight quotes, the path where one was printed, no prose after."""
     said = f"cannot import name '{m.group('name')}'"
@@ -386,6 +391,8 @@ class Reader:
             bare, text = "ImportError", _said(embedded)  # inside a wrapper's or a user's sentence: the message alone
         elif not bare and "unexpected keyword" in text and (keyword := _EMBEDDED_KEYWORD.search(text)):
             bare, text = "TypeError", keyword.group(0)  # a logger's `Engine loop error: f() got an unexpected keyword …`
+        elif not bare and not st.in_traceback and "has no attribute" in text and (attribute := _EMBEDDED_ATTRIBUTE.search(text)):
+            bare, text = "AttributeError", attribute.group(0)  # `提示Qwen2TokenizerFast has no attribute tokenizer`
         if not bare and not st.in_traceback and text[:1] == "'" and _BARE_ATTRIBUTE.fullmatch(text):
             bare = "AttributeError"  # the message alone, quoted as users paste it: `'LLMEngine' object has no attribute 'x'`
         inner = not bare and _INNER_ATTRIBUTE.match(text) is not None

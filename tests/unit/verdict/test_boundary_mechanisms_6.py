@@ -303,3 +303,22 @@ def test_eighth_round_shapes() -> None:
     scale = "".join(f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {2 * s}, reducing to {s}\n" for s in (32, 16, 8, 4, 2))
     assert judged(scale)[0] == "nan_loss"
     assert judged("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n")[0] == "inconclusive"
+
+
+def test_ninth_round_shapes() -> None:
+    """`cannot import name` with no `from` resolved as any name is; an attribute refusal inside a sentence; a frame
+    line opened by Markdown code; xFormers' notice that its compiled part does not load."""
+    assert judged("ImportError: cannot import name 'AutoModelForVision2Seq'\n")[0] == "api_mismatch"
+    assert judged("提示Qwen2TokenizerFast has no attribute all_special_tokens_extended\n")[0] == "api_mismatch"
+    log = (
+        f'` [rank0]:   File "{SITE}/torch/distributed/fsdp/_flat_param.py", line 770, in _validate_tensors_to_flatten\n'
+        "[rank0]:     raise ValueError(\n"
+        "[rank0]: ValueError: Must flatten tensors with uniform dtype but got torch.bfloat16 and torch.float32`\n"
+    )
+    assert judged(log)[0] == "engine_error"
+    assert judged("WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n")[0] == "import_abi"
+
+
+def test_prose_about_a_missing_attribute_in_lower_case_is_no_exception() -> None:
+    steps = "".join(f"{{'loss': 0.5, 'grad_norm': 0.{i + 1}, 'epoch': 0.{i}}}\n" for i in range(4))
+    assert judged("note: the config has no attribute foo, so the default is used\n" + steps)[0] == "ok"
