@@ -67,11 +67,14 @@ LIBRARIES: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
+#: Top-level import names of known distributions: the training stack, a name that installs under another distribution,
+#: a widely installed library.
+KNOWN_IMPORTS: frozenset[str] = STACK | LIBRARIES | {n for n in DISTRIBUTIONS if "." not in n}
+
+
 def known_import(name: str) -> bool:
-    """Whether an import name is an installed distribution's package rather than possibly the user's own module: the
-    training stack, a name that installs under another distribution, or a widely installed library (LIBRARIES)."""
-    top = name.split(".")[0]
-    return top in STACK or top in DISTRIBUTIONS or top in LIBRARIES
+    """Whether an import name is an installed distribution's package rather than possibly the user's own module."""
+    return name.split(".")[0] in KNOWN_IMPORTS
 
 
 def stack_package(name: str) -> bool:

@@ -64,6 +64,11 @@ def module_owner(module: str) -> str:
     return index().packages.get(top) or distribution(module)
 
 
+def import_packages(dist: str) -> tuple[str, ...]:
+    """The top-level import packages a distribution installs, from its wheels' trees (`flash-attn` → `flash_attn`)."""
+    return tuple(p for p, d in index().packages.items() if d == dist)
+
+
 def requirers(dist: str) -> tuple[str, ...]:
     """The indexed distributions that always require `dist` (its neighbours: what a new release of it can break)."""
     name = canonical(dist)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..facts.modules import known_import
-from ..facts.nameindex import Resolved, canonical, definers, index, module_owner, resolve
+from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, resolve
 from .ranges import read_range
 from .tracebacks import Frame, Raised
 
@@ -169,7 +169,7 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
         if (m := _IMPORT.search(text)) and m.group("mod"):
             return "import_name", m.group("mod"), m.group("member"), m.group("mod")
         if m and (found := resolve(m.group("member")).dist):  # no `from`: the package the name resolves to
-            top = next((p for p, d in index().packages.items() if d == found), found.replace("-", "_"))
+            top = next(iter(import_packages(found)), found.replace("-", "_"))
             return "import_name", top, m.group("member"), top
         if (m := _SUBMODULE.search(text)) and _known(m.group("mod")):
             return "submodule", m.group("mod").split(".")[0], m.group("mod"), m.group("mod")

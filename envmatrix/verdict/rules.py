@@ -37,7 +37,7 @@ from functools import cache
 from pathlib import Path
 
 from ..facts import catalog, enginefailures, errorcodes, modules
-from ..facts.nameindex import canonical, index, resolve
+from ..facts.nameindex import canonical, import_packages, resolve
 from ..records.outcomes import OUTCOME_NAMES
 from . import boundary
 from .tracebacks import Raised
@@ -75,9 +75,8 @@ def _engine_names() -> str:
 
 
 def _known_package() -> str:
-    """Import names of known distributions (the training stack, the names that install under another): a module Python
-    names is one of them."""
-    names = sorted(set(modules.STACK) | modules.LIBRARIES | {n for n in modules.DISTRIBUTIONS if "." not in n}, key=len, reverse=True)
+    """Import names of known distributions (facts/modules.KNOWN_IMPORTS): a module Python names is one of them."""
+    names = sorted(modules.KNOWN_IMPORTS, key=len, reverse=True)
     return "(?:" + "|".join(re.escape(n) for n in names) + ")"
 
 
@@ -205,7 +204,7 @@ def guarded(raised: Raised) -> tuple[str, str] | None:
     name = m.group("name")
     own = canonical(raised.package) if raised.package not in ("", "python") else ""
     found = resolve(name, caller=own, around=[f.package for f in raised.frames if f.package not in ("", "python")])
-    named = [d for d in found.candidates if any(name.startswith(f"{p}_") for p, o in index().packages.items() if o == d)]
+    named = [d for d in found.candidates if any(name.startswith(f"{p}_") for p in import_packages(d))]
     dist = found.dist or (named[0] if len(named) == 1 else "")  # `flash_attn_varlen_func`: flash-attn's by its prefix
     return (name, dist) if dist and dist != own else None
 

@@ -89,8 +89,9 @@ _EMBEDDED_IMPORT = re.compile(
 _EMBEDDED_KEYWORD = re.compile(r"(?<![\w.])[A-Za-z_][\w.]{0,200}\(\) got an unexpected keyword argument '\w{1,200}'")
 
 
-#: An attribute refusal printed without its type inside a sentence: a class-like name (a quoted object, or a CamelCase
-#: name as transformers' tokenizer prints `Qwen2TokenizerFast has no attribute tokenizer`).
+#: An attribute refusal printed without its type, alone or inside a sentence: a class-like name (a quoted object as users
+#: paste it, `'LLMEngine' object has no attribute 'x'`, or a CamelCase name as transformers' tokenizer prints it,
+#: `Qwen2TokenizerFast has no attribute tokenizer`).
 _EMBEDDED_ATTRIBUTE = re.compile(r"(?<![A-Za-z0-9_.'])(?:'[A-Za-z_]\w{0,200}' object|[A-Z]\w{0,200}[a-z]\w{0,200}) has no attribute '?\w{1,200}'?")
 
 
@@ -112,7 +113,6 @@ _BUILTIN_TYPES = {n.lower(): n for n in dir(builtins) if n.endswith(("Error", "E
 _LOWER_TYPE = re.compile(r"(?<![\w.])(" + "|".join(sorted(_BUILTIN_TYPES, key=len, reverse=True)) + r"):")
 #: The actor a remote call ran in, which an actor framework puts before the message (xoscar's `[address=…, pid=…]`).
 _ACTOR = re.compile(r"^\[(?:address|actor|pid|node|worker)=[^\]\n]{0,200}\]\s*")
-_BARE_ATTRIBUTE = re.compile(r"'[A-Za-z_]\w{0,200}' object has no attribute '\w{1,200}'")
 #: A line of code (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))`): what a frame's source
 #: line looks like when an excerpt kept it without its `File` line.
 _CODE = re.compile(r"^[\w.\[\]]+\s*(?:=|\()|^(?:return|yield|await)\s+\w")
@@ -393,8 +393,6 @@ class Reader:
             bare, text = "TypeError", keyword.group(0)  # a logger's `Engine loop error: f() got an unexpected keyword …`
         elif not bare and not st.in_traceback and "has no attribute" in text and (attribute := _EMBEDDED_ATTRIBUTE.search(text)):
             bare, text = "AttributeError", attribute.group(0)  # `提示Qwen2TokenizerFast has no attribute tokenizer`
-        if not bare and not st.in_traceback and text[:1] == "'" and _BARE_ATTRIBUTE.fullmatch(text):
-            bare = "AttributeError"  # the message alone, quoted as users paste it: `'LLMEngine' object has no attribute 'x'`
         inner = not bare and _INNER_ATTRIBUTE.match(text) is not None
         # the wrapper's message right above (its lines included: wrappers nest, `Failed to import A …` / `Failed to import
         # B …`): the innermost names the module whose import failed. Read only for a line that may be its inner error.
