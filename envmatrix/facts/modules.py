@@ -33,6 +33,16 @@ DISTRIBUTIONS: dict[str, str] = {
 }
 
 
+#: What users write for a distribution in version lists and prose that is neither its name nor an import name
+#: (`llama factory 0.9.3`, `PyTorch version: 2.8.0`), keyed as nameindex.canonical folds it.
+SPELLINGS: dict[str, str] = {
+    "pytorch": "torch",
+    "llama-factory": "llamafactory",
+    "flash-attention": "flash-attn",
+    "megatron-lm": "megatron-core",
+}
+
+
 def distribution(module: str) -> str:
     """The distribution to install for an import name (`yaml` → `pyyaml`, `flash_attn` → `flash-attn`)."""
     top = module.split(".")[0]

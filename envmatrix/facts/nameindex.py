@@ -75,6 +75,11 @@ def requirers(dist: str) -> tuple[str, ...]:
     return tuple(d for d, needs in index().requires.items() if name in needs)
 
 
+def requires(dist: str, other: str) -> bool:
+    """Whether one indexed distribution always requires another (its wheel's requirements, without extras)."""
+    return canonical(other) in index().requires.get(canonical(dist), ())
+
+
 @dataclass(frozen=True)
 class Resolved:
     """The distribution a name belongs to ('' when it cannot be said), why, and every candidate the index knows."""

@@ -24,8 +24,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..facts.modules import known_import
-from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, resolve
+from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, requires, resolve
 from .ranges import read_range
+from .stated import Stated
 from .tracebacks import Frame, Raised
 
 _KEYWORD = re.compile(
@@ -232,8 +233,9 @@ def constructed(source: str, member: str = "") -> tuple[str, tuple[str, ...]]:
     return (names[0], names) if len(names) == 1 else ("", names)
 
 
-def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), around: Iterable[str] = ()) -> Boundary | None:
-    """The boundary an exception was raised at, or None when its message names no call, attribute, import or range."""
+def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), around: Iterable[str] = (), stated: Iterable[Stated] = ()) -> Boundary | None:
+    """The boundary an exception was raised at, or None when its message names no call, attribute, import or range.
+    `around`: the distributions whose frames the rest of the log shows; `stated`: the packages it states (stated.py)."""
     called = _called(raised)
     if called is None:
         return _range(raised)
@@ -278,10 +280,30 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
         # the user handed it
         callee = "user"
         resolved = Resolved("user", f"{resolved.reason}; {caller} calls into it: code of your own or of the model's remote code")
+    if not frames and caller in ("", "user") and (told := _stated_caller(callee, member, stated)):
+        caller, caller_reason = told
     # an attribute's asker is printed, and an import's importer is the frame that raised; a call's caller may be cut
     if caller == callee and raised.headless and kind not in ("attribute", "import_name", "submodule"):
         caller, caller_reason = "", f"every frame printed is {callee}'s own code, and the excerpt starts after the caller's frames"
     return Boundary(kind, name, member, caller, caller_reason, callee, resolved.reason, resolved.candidates, _project(caller, frames, dists))
+
+
+def _stated_caller(callee: str, member: str, stated: Iterable[Stated]) -> tuple[str, str] | None:
+    """The caller of an exception printed without frames, from what the log states (stated.py): the one stated package
+    that requires the callee (the wheels' requirements, not optional imports: transformers and deepspeed import from each
+    other), the topmost where one requires another (llamafactory over the trl it requires), the code's statements first. None where
+    the code shown imports the name itself (the user's import), or no single package is left."""
+    told = list(stated)
+    if callee in ("", "user") or (member and any(s.how == "import" and s.dist == callee and re.search(rf"\b{re.escape(member)}\b", s.line) for s in told)):
+        return None
+    uses = [s for s in told if s.dist != callee and requires(s.dist, callee)]
+    for pool in ([s for s in uses if s.code], uses):
+        dists = {s.dist for s in pool}
+        top = [d for d in dists if not any(requires(o, d) for o in dists if o != d)]
+        if len(top) == 1:
+            said = next(s for s in pool if s.dist == top[0])
+            return said.dist, f"no frame of the caller is printed; the log states {said.dist} ({said.quote()}), the one package it names that requires {callee}"
+    return None
 
 
 def _calls_back(kind: str, name: str, module: str, resolved: Resolved) -> bool:

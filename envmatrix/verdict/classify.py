@@ -316,7 +316,7 @@ def _api_mismatch(f: RunFacts) -> str | None:
     said = f"; {ranges[0].text()}" if ranges else ""
     found = evidence.strong(f.scan, Outcome.API_MISMATCH)
     if found is not None:
-        return evidence.quote(found) + said
+        return evidence.quote(found, f.scan) + said
     hit = f.scan.first(Outcome.API_MISMATCH)  # a known mismatch the engines' table names (facts/enginefailures.py)
     if hit is not None:
         return hit.quote() + said

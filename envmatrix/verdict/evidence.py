@@ -6,6 +6,7 @@ Pure functions over a LogScan (logscan.py) and the rules' judgements (rules.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..facts import enginefailures, errorcodes
@@ -38,10 +39,20 @@ def _where(raised: Raised) -> str:
     return place + (f", called from {'your code' if caller == 'user' else caller}" if caller else "")
 
 
-def _across(raised: Raised) -> str:
+def crossing(scan: LogScan | None, raised: Raised, installed: Mapping[str, str] | None = None) -> boundary.Boundary | None:
+    """The boundary of an exception in a log (boundary.py), with what the rest of the log shows around it: the
+    distributions of every frame printed, the packages it states (versions listed, imports, launchers). The one place a
+    log's boundary is read: the evidence, the facts, the remedy, watch and bisect all agree."""
+    if scan is None:
+        return boundary.of(raised, installed=installed or {})
+    around = [f.package for j in scan.judged for f in j.raised.frames if f.package not in ("", "python")]
+    return boundary.of(raised, installed=installed or {}, around=around, stated=scan.stated)
+
+
+def _across(raised: Raised, scan: LogScan | None) -> str:
     """`trl calls transformers' Trainer.__init__` / `vllm asks transformers for Qwen2Tokenizer.x` / `peft imports from
     transformers`: the boundary an API mismatch crossed, both sides named (boundary.py); '' where it names none."""
-    crossed = boundary.of(raised)
+    crossed = crossing(scan, raised)
     if crossed is None or not crossed.crossed:
         return ""
     caller = crossed.who
@@ -49,10 +60,11 @@ def _across(raised: Raised) -> str:
     return f"caller {caller}, callee {crossed.callee_who}: {caller} {verb} {crossed.callee_who}"
 
 
-def quote(judged: Judged) -> str:
-    """`line 12: RuntimeError: … (raised in vllm (vllm.engine.step), called from trl; rule api_mismatch:attribute)`."""
+def quote(judged: Judged, scan: LogScan | None = None) -> str:
+    """`line 12: RuntimeError: … (raised in vllm (vllm.engine.step), called from trl; rule api_mismatch:attribute)`;
+    `scan`: the log it is in, whose statements may name a caller the exception's frames do not print."""
     raised = judged.raised
-    where = (_across(raised) if judged.outcome == "api_mismatch" else "") or _where(raised)
+    where = (_across(raised, scan) if judged.outcome == "api_mismatch" else "") or _where(raised)
     codes = ", ".join(c.describe() for c in errorcodes.find(raised.value))
     detail = "; ".join(x for x in (where, codes) if x)
     return f"line {raised.line_no}: {raised.line}" + (f" ({detail})" if detail else "")
@@ -105,7 +117,6 @@ def facts(scan: LogScan) -> dict[str, Any]:
     """What the verdict stood on, for `classify --format json`: each exception (type, message, raising and calling package,
     raising frame, the rule that named it), the library codes, the range statements."""
     exceptions = []
-    around = [f.package for j in scan.judged for f in j.raised.frames if f.package not in ("", "python")]
     for judged in scan.judged[-8:]:
         raised = judged.raised
         frame = raised.raising
@@ -123,7 +134,7 @@ def facts(scan: LogScan) -> dict[str, Any]:
                 "class": judged.outcome,
                 "rule": judged.variant,
             }
-            | ({"boundary": crossed.as_dict()} if (crossed := boundary.of(raised, around=around)) is not None else {})
+            | ({"boundary": crossed.as_dict()} if (crossed := crossing(scan, raised)) is not None else {})
         )
     return {
         "exceptions": exceptions,

@@ -29,6 +29,8 @@ from ..facts.enginefailures import FAILURES as ENGINE_FAILURES
 from .garble import garbled
 from .lines import clean, unflatten
 from .rules import Judged, judge
+from .stated import HOW, Stated, dist_of
+from .stated import pattern as stated_pattern
 from .tracebacks import PROGRESS as _PROGRESS
 from .tracebacks import Raised, Reader
 
@@ -44,6 +46,7 @@ TAIL_BYTES = 1 << 20  # the end of a log, read as structure whatever the budget 
 REGION_BYTES = 256 << 10  # one traceback region at most
 REGION_GAP = 3  # lines that are not a traceback's end a region (other ranks' lines in between are allowed up to this)
 CODE_HITS = 64  # lines read for library error codes (the first ones: a code is printed where a failure starts)
+STATED_HITS = 256  # statements of installed packages read (versions listed, imports; the head of a log states them)
 
 #: RE2's memory for one compiled alternation: its default (8 MiB) is too small a DFA cache for every signature at once, and
 #: a DFA out of memory falls back to the NFA, many times slower. 64 MiB is per pattern (a few are cached), not per log.
@@ -260,6 +263,7 @@ class LogScan:
     facts: dict[str, str] = field(default_factory=dict)
     raised: tuple[Raised, ...] = ()
     codes: list[tuple[errorcodes.Code, Hit]] = field(default_factory=list)
+    stated: list[Stated] = field(default_factory=list)  # each package's first statement of each kind (stated.py)
     lines: int = 0
     size: int = 0
 
@@ -335,6 +339,8 @@ def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
     parts: list[tuple[str, bytes]] = [("struct", _STRUCT)] if "struct" in names else []
     if "code" in names:
         parts.append(("code", errorcodes.TRIGGER.encode()))
+    if "stated" in names:
+        parts.append(("stated", stated_pattern().encode()))
     parts += [(n, p.encode()) for n, p in SIGNATURES.items() if n in names]
     parts += [("fact:" + n, p.replace("VALUE", "v__" + n).encode()) for n, p in FACTS.items() if "fact:" + n in names]
     if "nonfinite" in names:
@@ -385,7 +391,7 @@ def _spans(m: Any) -> Any:
 class _Scanner:
     def __init__(self) -> None:
         self.scan = LogScan()
-        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen", "table", "struct", "code"}
+        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen", "table", "struct", "code", "stated"}
         self.metrics_left = METRIC_VALUES_KEPT
         self.gen_left = GEN_BUDGET
         self.nonfinite_left = METRIC_VALUES_KEPT
@@ -393,6 +399,7 @@ class _Scanner:
         self.struct_left = STRUCT_BUDGET
         self.struct_until = -1  # where the head's structure reading stopped (absolute offset); -1 while it goes on
         self.code_left = CODE_HITS
+        self.stated_left = STATED_HITS
 
     def feed(self, buf: bytes, base_line: int, base: int = 0) -> None:
         """Search one chunk of whole lines (`base_line` lines and `base` bytes into the log) for everything still wanted."""
@@ -453,6 +460,9 @@ class _Scanner:
                     self.todo.discard(name)
                 done_to["code"] = hi
                 pos = m.start()  # the rest of the line again for the signatures that start here
+            elif name == "stated":
+                self._stated(buf, alt, spans, hit(m.start(), m.end()))
+                pos = m.start() + 1
             elif name == "metric":
                 self.metrics_left -= 1  # a rejected one counts too: a log of `val_grad_norm` lines stays cheap
                 key_at = spans[alt.index[b"mkey"]]
@@ -480,6 +490,18 @@ class _Scanner:
                     found = Hit(found.line_no, found.line, _before(buf, m.start()))
                 scan.hits[name] = found
                 self.todo.discard(name)
+
+    def _stated(self, buf: bytes, alt: _Alternation, spans: Any, found: Hit) -> None:
+        """Keep a package's first statement of each kind (stated.py); bounded: STATED_HITS matches in all."""
+        self.stated_left -= 1
+        if self.stated_left <= 0:
+            self.todo.discard("stated")
+        group = next((g for g in HOW if spans[alt.index[g.encode()]][0] != -1), "")
+        lo, hi = spans[alt.index[group.encode()]] if group else (-1, -1)
+        dist = dist_of(buf[lo:hi].decode("utf-8", "replace")) if group else ""
+        how = HOW.get(group, "")
+        if dist and all((s.dist, s.how) != (dist, how) for s in self.scan.stated):
+            self.scan.stated.append(Stated(dist, how, found.line_no, found.line))
 
     def _announced(self, buf: bytes, start: int, line_no: int) -> None:
         """Hand the reader the ERROR record printed just before a traceback header (blank lines and progress bars between

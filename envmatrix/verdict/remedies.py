@@ -17,8 +17,7 @@ from ..facts.nameindex import canonical
 from ..records.outcomes import Outcome
 from ..records.record import Record
 from .boundary import Boundary
-from .boundary import of as boundary_of
-from .evidence import engine_layer, fallback, last_exception, ranges, strong
+from .evidence import crossing, engine_layer, fallback, last_exception, ranges, strong
 from .imports import read_missing
 from .logscan import LogScan, scan_text
 from .ranges import Range
@@ -49,8 +48,7 @@ def api_mismatch(scan: LogScan, installed: Mapping[str, str] | None = None) -> s
 
 def of_scan(scan: LogScan, judged: Judged, installed: Mapping[str, str]) -> Boundary | None:
     """The boundary of a judged exception, with every distribution whose frames the log shows as its surroundings."""
-    around = [f.package for j in scan.judged for f in j.raised.frames if f.package not in ("", "python")]
-    return boundary_of(judged.raised, installed=installed, around=around)
+    return crossing(scan, judged.raised, installed)
 
 
 def _side(b: Boundary, versions: Mapping[str, str]) -> str:

@@ -1,0 +1,68 @@
+"""What a log states about the packages around a failure: the versions it lists (`transformers 4.49.0`,
+`- **vLLM version**: 0.11.0`, `peft-0.5.0`, `trl版本0.12.0`), the imports and calls of the code it shows
+(`from peft import PeftModel`, `deepspeed.initialize(model)`), the launcher it ran (`llamafactory-cli train`,
+`python -m verl.trainer.main_ppo`). An exception pasted without its frames says nothing of who made the call; these
+statements are what the log says instead (boundary.py takes the one stated package that requires the callee).
+
+Only the indexed distributions are read (nameindex.json: the ones whose requirements are known), under their names,
+their import packages of the training stack and the spellings users write (facts/modules.SPELLINGS). The pattern is
+RE2 syntax: logscan.py compiles it into its single pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from ..facts.modules import SPELLINGS, STACK
+from ..facts.nameindex import canonical, index
+
+#: How a package was stated, by the pattern's group: a version listed, an import, a call in code, a launcher.
+HOW = {"st_v": "version", "st_f": "import", "st_i": "import", "st_c": "call", "st_l": "launch", "st_m": "launch"}
+
+
+@dataclass(frozen=True)
+class Stated:
+    """One statement of an installed distribution: which, how (HOW's values), and the line that says it."""
+
+    dist: str
+    how: str
+    line_no: int
+    line: str
+
+    def quote(self) -> str:
+        return f"line {self.line_no}: {self.line}"
+
+    @property
+    def code(self) -> bool:
+        """An import, call or launcher in the code the log shows, rather than a version in a list."""
+        return self.how != "version"
+
+
+@cache
+def _names() -> dict[str, str]:
+    """Every written form read (folded by canonical) → its indexed distribution."""
+    found = index()
+    names = {canonical(d): d for d in found.releases}
+    names |= {canonical(p): d for p, d in found.packages.items() if p in STACK and d in found.releases}
+    names |= {k: v for k, v in SPELLINGS.items() if v in found.releases}
+    return names
+
+
+def dist_of(written: str) -> str:
+    """The indexed distribution a written name stands for ('' for none): `vLLM` → vllm, `llama factory` → llamafactory."""
+    return _names().get(canonical(written.replace(" ", "-")), "")
+
+
+@cache
+def pattern() -> str:
+    """One RE2 alternation of the four forms, each naming the package in its own group (HOW's keys)."""
+    spelled = sorted(_names(), key=len, reverse=True)  # the longest first: `flash-attn` before `flash`
+    alt = "(?i:" + "|".join(n.replace("-", "[ _.-]?") for n in spelled) + ")"
+    version = rf"\b(?P<st_v>{alt})(?:[ _-]?(?i:version)|版本)?[ \t*`'\":=<>~!(-]{{0,40}}v?\d+\.\d+"
+    # `from x import` anywhere (a statement quoted in prose); a bare `import x` only where a statement starts (not the prose
+    # of `Failed to import transformers.models…`)
+    imported = rf"\bfrom[ \t]+(?P<st_f>{alt})(?:\.\w+)*[ \t]+import\b|(?m:^)[ \t]*(?:>>>[ \t]*)?import[ \t]+(?P<st_i>{alt})\b"
+    called = rf"\b(?P<st_c>{alt})(?:\.[A-Za-z_]\w*)+\("
+    launched = rf"\b(?P<st_l>{alt})-cli\b|(?:^|[ \t])-m[ \t]+(?P<st_m>{alt})\b"
+    return "|".join(f"(?:{p})" for p in (version, imported, called, launched))

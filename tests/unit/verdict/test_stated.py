@@ -1,0 +1,128 @@
+"""Issue 41, seventh round: an exception pasted without its frames names no caller; what the log states of its packages
+(versions listed, imports and calls in the code shown, the launcher) names the one that requires the callee. Each log
+is written for its mechanism (none is a held-out log)."""
+
+from __future__ import annotations
+
+import json
+
+from envmatrix.verdict.classify import RunFacts, classify
+from envmatrix.verdict.evidence import facts, strong
+from envmatrix.verdict.logscan import STATED_HITS, scan_text
+from envmatrix.verdict.remedies import of_scan
+
+SITE = "/opt/conda/lib/python3.10/site-packages"
+IMPORT_FAILED = f"ImportError: cannot import name 'is_npu_available' from 'accelerate.utils' ({SITE}/accelerate/utils/__init__.py)\n"
+SHARD = "ImportError: cannot import name 'shard_checkpoint' from 'transformers.modeling_utils'\n"
+
+
+def stated(log: str) -> list[tuple[str, str]]:
+    return [(s.dist, s.how) for s in scan_text(log.encode()).stated]
+
+
+def sides(log: str) -> tuple[str, str, str]:
+    scan = scan_text(log.encode())
+    judged = strong(scan, "api_mismatch")
+    assert judged is not None, log
+    b = of_scan(scan, judged, {})
+    assert b is not None
+    return b.who, b.callee_who, b.caller_reason
+
+
+def test_versions_are_read_in_the_shapes_users_list_them() -> None:
+    log = "\n".join(
+        [
+            "- **vLLM version**: 0.11.0",
+            "transformers==4.46.2",
+            "peft-0.5.0",
+            "trl版本0.12.0",
+            "llama factory 0.9.3.dev0",
+            "PyTorch version: 2.8.0",
+            "flash_attn                2.7.4.post1        pypi_0    pypi",
+            "torchvision 0.20.1",  # another distribution, not torch
+            "",
+        ]
+    )
+    assert stated(log) == [
+        ("vllm", "version"),
+        ("transformers", "version"),
+        ("peft", "version"),
+        ("trl", "version"),
+        ("llamafactory", "version"),
+        ("torch", "version"),
+        ("flash-attn", "version"),
+    ]
+
+
+def test_imports_calls_and_launchers_are_read_from_code_not_from_prose() -> None:
+    log = "\n".join(
+        [
+            'the import statement "from peft import PeftModel, PeftConfig" throws',
+            "import trl",
+            ">>> import deepspeed",
+            "model = unsloth.FastLanguageModel.from_pretrained(name)",
+            "llamafactory-cli train examples/qwen.yaml",
+            "python -m verl.trainer.main_ppo data.train_files=x",
+            "RuntimeError: Failed to import transformers.models.auto because of the following error",
+            "",
+        ]
+    )
+    assert stated(log) == [("peft", "import"), ("trl", "import"), ("deepspeed", "import"), ("unsloth", "call"), ("llamafactory", "launch"), ("verl", "launch")]
+
+
+def test_statements_are_bounded_and_each_kept_once() -> None:
+    log = "import torch\n" * (STATED_HITS * 4) + "from trl import GRPOTrainer\n"
+    assert stated(log) == [("torch", "import")]  # the budget spent on repeats: the read stays bounded on any log
+
+
+def test_an_import_pasted_alone_is_made_by_the_package_the_code_imports() -> None:
+    who, callee, why = sides("My code: from peft import PeftModel, PeftConfig\n\n" + IMPORT_FAILED)
+    assert (who, callee) == ("peft", "accelerate")
+    assert "requires accelerate" in why and "line 1" in why
+
+
+def test_the_topmost_of_the_listed_packages_that_require_the_callee_calls_it() -> None:
+    log = "transformers 4.49.0\ntrl 0.15.2\npeft 0.14.0\nllamafactory 0.9.2\n\n" + SHARD
+    assert sides(log)[:2] == ("llamafactory", "transformers")
+
+
+def test_two_listed_packages_that_both_call_it_name_neither() -> None:
+    log = "transformers 4.49.0\ntrl 0.15.2\npeft 0.14.0\n\n" + SHARD
+    assert sides(log)[:2] == ("your code", "transformers")
+
+
+def test_the_code_shown_counts_before_the_versions_listed() -> None:
+    code = "from transformers import AutoModel\nfrom peft import get_peft_model\n\n"
+    asked = "AttributeError: 'Mistral3Model' object has no attribute 'prepare_inputs_for_generation'\n"
+    log = "transformers 4.49.0\ntrl 0.15.2\npeft 0.14.0\n\n" + code + asked
+    assert sides(log)[:2] == ("peft", "transformers")
+
+
+def test_a_package_the_callee_requires_is_never_its_caller() -> None:
+    log = "torch 2.5.1\ntokenizers 0.21.0\n\n" + SHARD
+    assert sides(log)[:2] == ("your code", "transformers")
+
+
+def test_code_that_imports_the_name_itself_is_the_caller() -> None:
+    log = "from peft import LoraConfig\nfrom transformers import shard_checkpoint\n\n" + SHARD
+    assert sides(log)[:2] == ("your code", "transformers")
+
+
+def test_frames_printed_name_the_caller_whatever_the_log_states() -> None:
+    log = """peft 0.14.0
+Traceback (most recent call last):
+  File "/home/u/lab/train.py", line 3, in <module>
+    from accelerate.utils import is_npu_available
+ImportError: cannot import name 'is_npu_available' from 'accelerate.utils'
+"""
+    assert sides(log)[:2] == ("lab (your code)", "accelerate")
+
+
+def test_the_verdict_facts_and_evidence_name_the_stated_caller() -> None:
+    scan = scan_text(("from peft import PeftModel\n" + IMPORT_FAILED).encode())
+    verdict = classify(RunFacts(scan=scan))
+    assert verdict.outcome.value == "api_mismatch"
+    assert "caller peft, callee accelerate" in verdict.evidence
+    shown = json.loads(json.dumps(facts(scan)))["exceptions"][-1]["boundary"]
+    assert (shown["caller"], shown["callee"]) == ("peft", "accelerate")
+    assert "the log states peft" in shown["caller_reason"]
