@@ -25,7 +25,7 @@ from typing import Any
 
 from ..facts.modules import known_import
 from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, requires, resolve
-from .ranges import read_range
+from .ranges import in_message
 from .stated import Stated
 from .tracebacks import Frame, Raised
 
@@ -355,7 +355,7 @@ def _range(raised: Raised) -> Boundary | None:
     the callee is the package required, the caller the one requiring it (named in the message, else the library whose
     frame raised it)."""
 
-    stated = read_range(raised.value.split("\n", 1)[0])
+    stated = in_message(raised.value)
     if stated is None:
         return None
     frames = [f for f in raised.frames if not _looked_through(f)]

@@ -176,7 +176,8 @@ SIGNATURES: dict[str, str] = {
     "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"
     r"|,\s+but\s+you\s+have\s+[\w.-]+\s+v?\d|you\s+have\s+(?:version\s+)?v?\d+\.\d+[\w.]*\s+installed"
     r"|requires?\s+[A-Za-z][\w.-]*\s*[<>=!~]=?\s*\d[\w.]*,?\s+(?:but\s+)?got\s+v?\d"
-    r"|is\s+installed\s+with\s+version\s+v?\d[\w.]*,?\s+which\s+is\s+(?:less|lower|older)\s+than\s+the\s+minimum)",
+    r"|is\s+installed\s+with\s+version\s+v?\d[\w.]*,?\s+which\s+is\s+(?:less|lower|older)\s+than\s+the\s+minimum"
+    r"|distribution\s+was\s+not\s+found\s+and\s+is\s+required\s+by|\),\s+Requirement\.parse\()",
 }
 # Facts a remedy names (the cuBLAS version loaded, the sampling and group settings, the model and attention);
 # the value is the group named VALUE, or the matched text for a fact that is a presence.

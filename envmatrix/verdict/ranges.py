@@ -45,6 +45,18 @@ _RANGES = (
         r".{0,160}?\b(?:but|you have|found|installed|got)\b.{0,60}?(?P<found>\d+\.\d[\w.+]*)",
         re.I,
     ),
+    # pkg_resources (a console script's or a package's own `require()`): the release range a distribution's metadata needs
+    # where none installed satisfies it (`The 'transformers<=4.48.3,>=4.41.2' distribution was not found and is required by
+    # llamafactory`), or the release installed and the requirement it conflicts with (`(transformers 4.49.0 (/usr/lib/…),
+    # Requirement.parse('transformers<=4.48.3'), {'llamafactory'})`)
+    re.compile(
+        r"The ['\"](?P<pkg>[A-Za-z][\w.-]*)(?:\[[\w,.-]*\])?(?P<spec>[<>=!~]=?[^'\"\s]*)['\"] distribution was not found and is required by "
+        r"(?P<who>[A-Za-z][\w.-]*)"
+    ),
+    re.compile(
+        r"\((?P<pkg>[A-Za-z][\w.-]*) (?P<found>v?\d[\w.+]*) \([^)\n]*\), Requirement\.parse\(['\"][A-Za-z][\w.-]*(?:\[[\w,.-]*\])?"
+        r"(?P<spec>[<>=!~]=?[^'\"\s]*)['\"]\)(?:, \{['\"](?P<who>[A-Za-z][\w.-]*)['\"])?"
+    ),
     # sglang's own check: `sgl-kernel is installed with version 0.1.0, which is less than the minimum required version 0.1.1`
     re.compile(
         r"(?P<pkg>[A-Za-z][\w.-]*) is installed with version (?P<found>v?\d[\w.+]*?),? which is (?:less|lower|older) than the "
@@ -75,7 +87,7 @@ class Range:
 
     def text(self) -> str:
         who = f"{self.said_by} says " if self.said_by else ""
-        return f"{who}{self.package} {self.needed} is needed, {self.found} is installed"
+        return f"{who}{self.package} {self.needed} is needed, " + (f"{self.found} is installed" if self.found else "no installed release satisfies it")
 
 
 def read_range(text: str) -> Range | None:
@@ -97,5 +109,13 @@ def read_range(text: str) -> Range | None:
                 needed = "one of " + groups["list"].replace("`", "").rstrip(".")
             else:
                 needed = "==" + groups["list"].rstrip(".")
-            return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])
+            return Range(groups["pkg"], needed, (groups.get("found") or "").rstrip("."), groups.get("who") or "", text.strip()[:400])
     return None
+
+
+def in_message(value: str) -> Range | None:
+    """The range an exception's message states: on its first line, or on the next where the first announces its cause
+    (transformers' `Failed to import X because of the following error (look up to see its traceback):`); the lines
+    further down are another text (a hint, a quoted traceback)."""
+    first, _, rest = value.partition("\n")
+    return read_range(first) or (read_range(rest.split("\n", 1)[0]) if first.rstrip().endswith(":") else None)

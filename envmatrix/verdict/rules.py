@@ -40,6 +40,7 @@ from ..facts import catalog, enginefailures, errorcodes, modules
 from ..facts.nameindex import canonical, import_packages, resolve
 from ..records.outcomes import OUTCOME_NAMES
 from . import boundary
+from .ranges import in_message
 from .tracebacks import Raised
 
 RULES_FILE = Path(__file__).with_name("rules.txt")
@@ -102,12 +103,6 @@ VOCABULARY: dict[str, Callable[[], str]] = {
     "driver_old": lambda: (
         r"driver[^\n]{0,80}(?:too old|is insufficient|older than|not supported|mismatch|requires? (?:a )?newer|update (?:your|the))"
         r"|(?:unsupported|newer) (?:ptx )?toolchain|requires? a newer (?:cuda |nvidia )?driver"
-    ),
-    "range_statement": lambda: (
-        r"(?:supports?|compatible with|requires?|required|needs?)[^\n]{0,120}?(?:[<>=!~]=?\s*\d[\w.]*|from \d[\w.]* to \d[\w.]*)"
-        r"[^\n]{0,160}?(?:\bbut\b|you have|found|got|installed|current)[^\n]{0,60}?\d[\w.]*"
-        r"|[\w.-]+\s*[<>=!~]=\s*\d[\w.,<>=*]*\s+(?:is|are) required[^\n]{0,160}?\bbut (?:found|got|you have)"
-        r"|requires a (?:minimum version of|source install)[^\n]{0,240}?\bbut the version found is \d[\w.]*"  # check_min_version
     ),
     "not_installed": lambda: (
         r"(?:is|are) not installed|not installed\b|(?:is|are) not available|could not be (?:found|imported)|not found in your envir"
@@ -176,6 +171,8 @@ def _values(key: str, raised: Raised) -> list[str]:
             return ["yes" if raised.bare else "no"]
         case "error.undefined":
             return ["library" if guarded(raised) else "none"]
+        case "error.range":  # the package's own statement of the range it needs (ranges.py, the one reader of them)
+            return ["stated"] if in_message(raised.value) is not None else ["none"]
         case "error.ignored":
             return ["yes" if raised.ignored else "no"]
         case "error.stack":
@@ -211,7 +208,7 @@ def guarded(raised: Raised) -> tuple[str, str] | None:
 
 KEYS = (
     "error.type", "error.value", "error.package", "error.module", "error.caller", "error.code", "error.ignored", "error.stack", "error.boundary", "error.bare",
-    "error.undefined",
+    "error.undefined", "error.range",
     "frame.package", "frame.module", "frame.function", "frame.path",
 )  # fmt: skip
 _CASELESS = ("error.value", "frame.path")

@@ -126,3 +126,22 @@ def test_the_verdict_facts_and_evidence_name_the_stated_caller() -> None:
     shown = json.loads(json.dumps(facts(scan)))["exceptions"][-1]["boundary"]
     assert (shown["caller"], shown["callee"]) == ("peft", "accelerate")
     assert "the log states peft" in shown["caller_reason"]
+
+
+def test_pkg_resources_names_the_range_a_distribution_needs_and_who_needs_it() -> None:
+    log = (
+        "RuntimeError: Failed to import trl.trainer.grpo_trainer because of the following error (look up to see its traceback):\n"
+        "The 'accelerate>=1.4.0' distribution was not found and is required by trl\n"
+    )
+    scan = scan_text(log.encode())
+    verdict = classify(RunFacts(scan=scan))
+    assert verdict.outcome.value == "api_mismatch", verdict
+    assert sides(log)[:2] == ("trl", "accelerate")
+    assert "trl says accelerate >=1.4.0 is needed, no installed release satisfies it" in json.dumps(facts(scan)["ranges"])
+
+
+def test_pkg_resources_version_conflict_names_the_installed_release() -> None:
+    log = "pkg_resources.ContextualVersionConflict: (peft 0.15.0 (/usr/lib/python3/dist-packages), Requirement.parse('peft<0.14,>=0.11'), {'swift'})\n"
+    scan = scan_text(log.encode())
+    assert classify(RunFacts(scan=scan)).outcome.value == "api_mismatch"
+    assert facts(scan)["ranges"] == ["swift says peft <0.14,>=0.11 is needed, 0.15.0 is installed"]
