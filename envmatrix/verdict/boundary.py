@@ -27,7 +27,7 @@ from ..facts.modules import known_import
 from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, requires, resolve
 from .ranges import in_message
 from .stated import Stated
-from .tracebacks import Frame, Raised
+from .tracebacks import LAZY, Frame, Raised
 
 _KEYWORD = re.compile(
     r"(?P<name>[\w.<>]+)\(\) (?:got an unexpected keyword argument '(?P<member>\w+)'|got multiple values for (?:keyword )?argument '(?P<multi>\w+)'"
@@ -372,9 +372,17 @@ def _range(raised: Raised) -> Boundary | None:
         caller, why = outside[0][1], f"{outside[0][0].where()} states the range it needs"
     elif own := next((f for f in reversed(frames) if not _dist(f)), None):
         caller, why = "user", f"{own.where()} states the range it needs (your code)"
+    elif not frames and (lazy := raised.importer or _lazy_module(raised.value)) and (checker := module_owner(lazy)) and checker != callee:
+        caller, why = checker, f"the lazy-import wrapper names {lazy} as the module whose import checked it"
     else:
         caller, why = "", "the message does not say which package needs it, and no library frame is printed"
     return Boundary("range", stated.package, stated.needed, caller, why, callee, f"the message names {stated.package} as the package needed")
+
+
+def _lazy_module(value: str) -> str:
+    """The module a lazy-import wrapper's own message names (`Failed to import transformers.models.x because of …`)."""
+    m = LAZY.search(" ".join(value.split("\n", 2)[:2]))
+    return m.group("module") if m else ""
 
 
 def _caller(kind: str, frames: list[Frame], dists: list[str], callee: str, importer: str = "", *, printed: bool = True) -> tuple[str, str]:

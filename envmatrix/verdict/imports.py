@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..facts.modules import DISTRIBUTIONS, distribution, stack_package
-from .tracebacks import frame_of
+from .tracebacks import LAZY, frame_of
 
 _NAME = r"([A-Za-z_][\w.-]*?)"
 _WORDINGS = (
@@ -29,7 +29,6 @@ _WORDINGS = (
 _REMOTE = re.compile(r"This\s+modeling\s+file\s+requires\s+the\s+following\s+packages")
 _SUBJECT = re.compile(r"([A-Za-z_]\w*)\s+requires\s+the\s+\S+\s+library")
 _CANNOT = re.compile(r"cannot import name '?(\w+)'? from '?([A-Za-z_][\w.]*)'?")
-_LAZY = re.compile(r"Failed to import ([A-Za-z_]\w*)\.[\w.]+ because of the following error")
 _FRAME = re.compile(r'File "(?P<path>[^"\n]{1,1000})", line \d+')
 
 
@@ -72,8 +71,8 @@ def importer(context: Sequence[str], module: str) -> str | None:
     innermost frame of an installed package or a stack checkout (tracebacks.frame_of) outside the module itself."""
     top = distribution(module)
     for line in reversed(context):
-        if m := _LAZY.search(line):
-            return m.group(1)
+        if m := LAZY.search(line):
+            return m.group("module").split(".")[0]
     for line in reversed(context):
         if (m := _FRAME.search(line)) and (package := frame_of(m.group("path"), None, "").package) not in ("", "python", top, "importlib"):
             return package

@@ -88,6 +88,9 @@ SIGNATURES: dict[str, str] = {
     "missing_module:cannot_import": r"cannot import name '?[A-Za-z_]\w*'? from '?[A-Za-z_][\w.]*'?",
     "driver_too_old:old": r"NVIDIA driver on your system is too old",
     "driver_too_old:insufficient": r"(?i:CUDA driver version is insufficient)",
+    # NVIDIA's container hook refusing an image whose CUDA the host driver cannot run (`unsatisfied condition: cuda>=12.4,
+    # please update your driver to a newer version, or use an earlier cuda container`)
+    "driver_too_old:container": r"(?i:unsatisfied condition: cuda\s*>=?\s*\d|please update your (?:nvidia |gpu )?driver)",
     "unsupported_gpu:fa2": r"FlashAttention only supports (?:Ampere|Turing) GPUs or newer",
     "unsupported_gpu:head_dim": r"FlashAttention\s+(?:backward|forward)?\s*for\s+head\s*dim\s*\S+\s+(?:\d+\s+)?requires",
     "unsupported_gpu:datacenter": r"requires\s+(?:an?\s+)?A100(?:/A800)?\s+or\s+H100",
@@ -166,6 +169,9 @@ SIGNATURES: dict[str, str] = {
     r"|Raylet is terminated\b[^\n]{0,200}?Termination is unexpected",  # the node's raylet died (its own notice says so)
     # a wall-clock limit the scheduler enforced
     "timeout:scheduler": r"DUE TO TIME LIMIT|Job step aborted: Waiting up to \d+ seconds for job step to finish|DeadlineExceeded",
+    # PBS/Torque's and LSF's wall-clock kills (`=>> PBS: job killed: walltime 259217 exceeded limit 259200`, `TERM_RUNLIMIT: job
+    # killed after reaching LSF run time limit`)
+    "timeout:batch": r"job killed: walltime \d+ exceeded limit|TERM_RUNLIMIT|reaching LSF run time limit",
     # not an outcome: an engine that failed to start (vLLM's EngineCore); its cause line decides, else it is the engine's failure
     "notice:engine_start": r"EngineCore failed to start|Engine core initialization failed",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
@@ -215,8 +221,9 @@ _GEN: dict[str, bytes] = {
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
     rb"|terminate called after throwing an instance of|cannot import name \W{0,3}\w|' object has no attribute '"
-    rb"|[a-z0-9] has no attribute \w|\(\) got an unexpected keyword argument '"
-    rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
+    rb"|[a-z0-9] has no attribute \w|\(\) got an unexpected keyword argument '|"
+    + "\\bname [`'\"‘’]\\w+[`'\"‘’] is not defined".encode()
+    + rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
     rb"|File [~A-Za-z:]*[/\\][^\s,\"]*\.py:\d|Cell In ?\[\d*\], line \d"
     rb"|\b(?:type|value|runtime|attribute|import|key|index|name|assertion|modulenotfound|notimplemented|os)error: "  # lower-cased

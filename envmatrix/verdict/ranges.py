@@ -66,6 +66,10 @@ _RANGES = (
 )
 
 
+#: Lines of an exception's message read for a range statement.
+MESSAGE_LINES = 4
+
+
 @dataclass(frozen=True)
 class Range:
     """What a package says another must be (`spec`, or `lo`…`hi`) and what is installed (`found`), and who said it."""
@@ -114,8 +118,9 @@ def read_range(text: str) -> Range | None:
 
 
 def in_message(value: str) -> Range | None:
-    """The range an exception's message states: on its first line, or on the next where the first announces its cause
-    (transformers' `Failed to import X because of the following error (look up to see its traceback):`); the lines
-    further down are another text (a hint, a quoted traceback)."""
-    first, _, rest = value.partition("\n")
-    return read_range(first) or (read_range(rest.split("\n", 1)[0]) if first.rstrip().endswith(":") else None)
+    """The range an exception's message states, in its first paragraph (up to MESSAGE_LINES lines, joined: a terminal or a
+    pasted quote wraps it, and a wrapper announces its cause on the next line: transformers' `Failed to import X because
+    of the following error (look up to see its traceback):`); what follows a blank line is another text (a hint, a
+    quoted traceback)."""
+    lines = value.split("\n\n", 1)[0].split("\n")[:MESSAGE_LINES]
+    return read_range(" ".join(line.strip() for line in lines))

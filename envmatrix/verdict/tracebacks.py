@@ -50,7 +50,8 @@ _IPYTHON_HEAD = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*\s{2,}Traceback \(most r
 _IPYTHON_CELL = re.compile(r"Cell In\s?\[\d*\],\s*line (?P<line>\d+)")
 _IPYTHON_FILE = re.compile(r"File (?P<path>(?:[A-Za-z]:|~)?[^\s,]{0,1000}\.py):(?P<line>\d+)(?:, in (?P<func>[\w<>.]{1,200}))?")
 #: A lazy module's wrapper (transformers' `_LazyModule`): its message's next line is the inner error, raised importing MODULE.
-_LAZY = re.compile(r"Failed to import (?P<module>[A-Za-z_][\w.]*) because of the following error")
+#: transformers' lazy-import wrapper, which names the module whose import failed (its words may wrap over two lines).
+LAZY = re.compile(r"Failed to import (?P<module>[A-Za-z_][\w.]*)\s+because\s+of\s+the\s+following\s+error")
 #: Library exception types that subclass a builtin one and stand in for it where they are raised: torch < 1.8's
 #: `Module.__getattr__` raised `ModuleAttributeError(AttributeError)`; a rule on the builtin type must match them too.
 _BUILTIN_BASE = {"ModuleAttributeError": "AttributeError"}
@@ -93,6 +94,10 @@ _EMBEDDED_KEYWORD = re.compile(r"(?<![\w.])[A-Za-z_][\w.]{0,200}\(\) got an unex
 #: paste it, `'LLMEngine' object has no attribute 'x'`, or a CamelCase name as transformers' tokenizer prints it,
 #: `Qwen2TokenizerFast has no attribute tokenizer`).
 _EMBEDDED_ATTRIBUTE = re.compile(r"(?<![A-Za-z0-9_.'])(?:'[A-Za-z_]\w{0,200}' object|[A-Z]\w{0,200}[a-z]\w{0,200}) has no attribute '?\w{1,200}'?")
+
+
+#: Python's NameError printed without its type, in any quotes (`name ‘PeftModel’ is not defined`).
+_EMBEDDED_NAME = re.compile(r"(?<![\w.])name [`'‘’\"](?P<name>[A-Za-z_]\w{0,200})[`'‘’\"] is not defined")
 
 
 def _said(m: re.Match[str]) -> str:
@@ -393,11 +398,13 @@ class Reader:
             bare, text = "TypeError", keyword.group(0)  # a logger's `Engine loop error: f() got an unexpected keyword …`
         elif not bare and not st.in_traceback and "has no attribute" in text and (attribute := _EMBEDDED_ATTRIBUTE.search(text)):
             bare, text = "AttributeError", attribute.group(0)  # `提示Qwen2TokenizerFast has no attribute tokenizer`
+        elif not bare and not st.in_traceback and "is not defined" in text and (undefined := _EMBEDDED_NAME.search(text)):
+            bare, text = "NameError", f"name '{undefined.group('name')}' is not defined"  # Python's words, straight quotes
         inner = not bare and _INNER_ATTRIBUTE.match(text) is not None
         # the wrapper's message right above (its lines included: wrappers nest, `Failed to import A …` / `Failed to import
         # B …`): the innermost names the module whose import failed. Read only for a line that may be its inner error.
         near = (bare or inner) and st.last is not None and (st.last.line_no >= line_no - 1 or self.message_at == (stream, line_no - 1))
-        lazy = next(reversed(list(_LAZY.finditer(st.last.value))), None) if near and st.last is not None else None
+        lazy = next(reversed(list(LAZY.finditer(st.last.value))), None) if near and st.last is not None else None
         if lazy and inner:
             bare = "AttributeError"  # the wrapper prints its inner error's message without the type: the message says it
         if bare:

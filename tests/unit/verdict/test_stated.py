@@ -145,3 +145,35 @@ def test_pkg_resources_version_conflict_names_the_installed_release() -> None:
     scan = scan_text(log.encode())
     assert classify(RunFacts(scan=scan)).outcome.value == "api_mismatch"
     assert facts(scan)["ranges"] == ["swift says peft <0.14,>=0.11 is needed, 0.15.0 is installed"]
+
+
+def test_a_wrapped_lazy_import_names_the_module_whose_import_checked_the_range() -> None:
+    log = (
+        "`RuntimeError: Failed to import transformers.models.qwen2.tokenization_qwen2_fast because of the \n"
+        "following error (look up to see its traceback):\n"
+        "tokenizers>=0.19.1 is required for a normal functioning of this module, but found \n"
+        "tokenizers==0.15.0.\n`\n"
+    )
+    assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
+    assert sides(log)[:2] == ("transformers", "tokenizers")
+
+
+def test_a_name_a_release_says_it_removed_is_an_api_mismatch() -> None:
+    log = ">>> import somelib\n>>> somelib.OldModel\nAttributeError: 'OldModel' was removed in SomeLib 3.0. Use NewModel instead.\n"
+    assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
+    unversioned = "AttributeError: 'OldModel' was removed.\n"  # no release named: nothing says the installed one removed it
+    assert classify(RunFacts(scan=scan_text(unversioned.encode()))).outcome.value == "error"
+
+
+def test_a_name_error_pasted_without_its_type_in_typographic_quotes_is_read() -> None:
+    log = "it results in error:\n```\nname ‘LoraConfig’ is not defined\n```\n"
+    verdict = classify(RunFacts(scan=scan_text(log.encode())))
+    assert verdict.outcome.value == "missing_module", verdict
+    assert "LoraConfig is peft's" in verdict.remedy
+
+
+def test_batch_schedulers_wall_clock_kills_and_the_container_hooks_driver_refusal() -> None:
+    assert classify(RunFacts(scan=scan_text(b"=>> PBS: job killed: walltime 7205 exceeded limit 7200\n"))).outcome.value == "timeout"
+    assert classify(RunFacts(scan=scan_text(b"TERM_RUNLIMIT: job killed after reaching LSF run time limit.\n"))).outcome.value == "timeout"
+    hook = b"nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, please update your driver to a newer version\n"
+    assert classify(RunFacts(scan=scan_text(hook))).outcome.value == "driver_too_old"
