@@ -18,7 +18,7 @@ and any text is garbled with a run of CHAR_RUN (24) of one letter, digit, `!` or
 token and nothing else, WHOLE_RUN (8) times or more (` is is is is is is is is is is`, ten equal token ids: an engine
 that emits one token for every step), or 3 times or more for a token that is never text (`<unk><unk><unk>…`).
 
-The thresholds were chosen on tests/data/real-logs (tests/unit/test_classify_garble.py re-checks them):
+The thresholds were chosen on tests/data/real-logs (tests/unit/verdict/test_classify_garble.py re-checks them):
 on every line of the 57 non-garbled excerpts the largest values are a back-to-back run of 2, a top-token
 share of 0.41 (a table row of zeros), a 3-gram repeat share of 0.26 (a Windows path) and 1 script;
 the 4 garbled excerpts show runs of 60 to 191, or (`<|im_start|>\\n` alternating) 90% repeated 3-grams.

@@ -26,7 +26,7 @@ import re2  # type: ignore[import-untyped]  # google-re2 ships no type informati
 
 from ..facts import errorcodes
 from ..facts.enginefailures import FAILURES as ENGINE_FAILURES
-from .garble import garbled
+from .garble import CHAR_RUN, garbled
 from .lines import clean, unflatten
 from .rules import Judged, judge
 from .stated import HOW, Stated, dist_of
@@ -209,8 +209,8 @@ _GEN: dict[str, bytes] = {
     "special_run": rb"(?:<\|?[\w.-]{1,30}\|?>(?:\\n|\s){0,4}){8}",
     "ids": rb"(?:\d+,(?:\s|\[[^\]\n]*\]|:|\x1b\[[0-9;]*m)*){9}\d",
     "word_run": rb"(?:[A-Za-z]+[^\w\n]{1,3}){24}",
-    "char_run": rb"0{24}|1{24}|2{24}|3{24}|4{24}|5{24}|6{24}|7{24}|8{24}|9{24}",
-    "non_ascii": rb"[^\x00-\x7f]{40}",
+    "char_run": b"|".join(b"%d{%d}" % (d, CHAR_RUN) for d in range(10)),
+    "non_ascii": rb"[^\x00-\x7f]{%d}" % CHAR_RUN,  # no longer than the shortest run garble.py convicts: else never judged
     # a letter of another script between Latin letters, no space between (`ağrıAllWindows`): salad of multilingual tokens
     "glued": rb"[A-Za-z][^\x00-\x7f]{1,8}[A-Za-z]",
 }

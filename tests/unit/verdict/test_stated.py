@@ -177,3 +177,12 @@ def test_batch_schedulers_wall_clock_kills_and_the_container_hooks_driver_refusa
     assert classify(RunFacts(scan=scan_text(b"TERM_RUNLIMIT: job killed after reaching LSF run time limit.\n"))).outcome.value == "timeout"
     hook = b"nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, please update your driver to a newer version\n"
     assert classify(RunFacts(scan=scan_text(hook))).outcome.value == "driver_too_old"
+
+
+def test_a_run_of_one_character_of_any_script_is_judged_as_generated_text() -> None:
+    """The scanner's candidate for non-ASCII text is no longer than the run garble.py convicts (CHAR_RUN)."""
+    log = "部分截取的输出如下：\n```\n od京" + "低" * 24 + "曝阅.\n```\n"
+    verdict = classify(RunFacts(scan=scan_text(log.encode())))
+    assert verdict.outcome.value == "garbled_output", verdict
+    healthy = "模型输出：今天的天气很好，我们一起去公园散步吧，然后去吃午饭，下午再回家休息一下。\n"
+    assert classify(RunFacts(scan=scan_text(healthy.encode()))).outcome.value == "inconclusive"
