@@ -91,6 +91,12 @@ class Boundary:
         return bool(self.callee) and bool(self.member) and self.callee in definers(self.member)
 
     @property
+    def uncovered(self) -> bool:
+        """The callee is an installed distribution the name index does not read (a widely installed library outside the
+        training stack: scipy, numpy): whether one of its releases defines a name cannot be looked up."""
+        return bool(self.callee) and self.callee != "user" and self.callee not in index().releases
+
+    @property
     def crossed(self) -> bool:
         return bool(self.callee) and bool(self.caller) and self.caller != self.callee
 

@@ -166,7 +166,11 @@ def _values(key: str, raised: Raised) -> list[str]:
         case "error.boundary":
             crossed = boundary.of(raised)
             side = "none" if crossed is None else "own" if crossed.own else "crossed" if crossed.crossed else "unknown"
-            return [side, "indexed"] if crossed is not None and crossed.indexed else [side]
+            if crossed is None:
+                return [side]
+            # `indexed`: a release of the callee the index read defines the name; `uncovered`: the callee is a known
+            # distribution the index does not read (scipy), so no release list can say it never had the name
+            return [side] + (["indexed"] if crossed.indexed else []) + (["uncovered"] if crossed.uncovered else [])
         case "error.bare":
             return ["yes" if raised.bare else "no"]
         case "error.undefined":

@@ -186,3 +186,11 @@ def test_a_run_of_one_character_of_any_script_is_judged_as_generated_text() -> N
     assert verdict.outcome.value == "garbled_output", verdict
     healthy = "模型输出：今天的天气很好，我们一起去公园散步吧，然后去吃午饭，下午再回家休息一下。\n"
     assert classify(RunFacts(scan=scan_text(healthy.encode()))).outcome.value == "inconclusive"
+
+
+def test_a_name_missing_from_a_known_library_the_index_does_not_read_is_an_api_mismatch() -> None:
+    """The index cannot say whether a release of scipy ever defined a name: a known library's missing name is a mismatch."""
+    log = "`cannot import name 'triu' from 'scipy.linalg'`\n"
+    assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
+    own = "cannot import name 'helper' from 'mylab.utils'\n"  # the user's own module: not a release mismatch
+    assert classify(RunFacts(scan=scan_text(own.encode()))).outcome.value != "api_mismatch"
