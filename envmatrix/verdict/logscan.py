@@ -159,7 +159,7 @@ SIGNATURES: dict[str, str] = {
     "nccl_error:retcode": r"NCCL INFO\s+[\w/.-]+\.(?:cc|cu|h):\d+\s+->\s+[1-9]\d*[ \t]*(?:\r?\n|$)",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
-    "crash:segv": r"Segmentation fault",
+    "crash:segv": r"(?i:segmentation fault)",  # also torch's DataLoader: `Unexpected segmentation fault encountered in worker`
     "crash:bus": r"Bus error",
     "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)",  # the shell's notice, also in a Chinese locale
     "crash:core": r"(?:Aborted|Illegal instruction) \(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT) received",
@@ -221,7 +221,8 @@ _GEN: dict[str, bytes] = {
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
     rb"|terminate called after throwing an instance of|cannot import name \W{0,3}\w|' object has no attribute '"
-    rb"|[a-z0-9] has no attribute \w|\(\) got an unexpected keyword argument '|"
+    rb"|[a-z0-9] has no attribute \w|\(\) got an unexpected keyword argument '|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
+    rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?: '|\(\) got multiple values for (?:keyword )?argument '|"
     + "\\bname [`'\"‘’]\\w+[`'\"‘’] is not defined".encode()
     + rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"

@@ -194,3 +194,20 @@ def test_a_name_missing_from_a_known_library_the_index_does_not_read_is_an_api_m
     assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
     own = "cannot import name 'helper' from 'mylab.utils'\n"  # the user's own module: not a release mismatch
     assert classify(RunFacts(scan=scan_text(own.encode()))).outcome.value != "api_mismatch"
+
+
+def test_a_call_refused_over_its_positional_arguments_is_read_inside_a_sentence() -> None:
+    log = "It failed. The error was MyTrainer._get_sampler() takes 1 positional argument but 2 were given. I found a fix.\n"
+    assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
+    missing = "the log said: Engine.step() missing 1 required positional argument: 'batch'\n"
+    assert classify(RunFacts(scan=scan_text(missing.encode()))).outcome.value == "api_mismatch"
+
+
+def test_an_exception_behind_a_chinese_label_is_read() -> None:
+    log = "设置 `--packing True`后报错：AttributeError: module 'transformers.models.llama.modeling_llama' has no attribute 'gone_fn'\n"
+    assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
+
+
+def test_a_data_loader_worker_segfault_is_a_crash() -> None:
+    log = " 0%|          | 0/15 [00:00<?, ?it/s]ERROR: Unexpected segmentation fault encountered in worker.\n"
+    assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "crash"
