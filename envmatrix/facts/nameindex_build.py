@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import configparser
 import json
 import os
 import re
@@ -67,6 +68,7 @@ class Distribution:
     imports: dict[str, set[str]] = field(default_factory=dict)  # name -> top-level packages it is imported from
     requires: set[str] = field(default_factory=set)  # distributions it always requires (Requires-Dist without an extra)
     exports: set[str] = field(default_factory=set)  # names its top-level `__init__` exports (its public API)
+    scripts: set[str] = field(default_factory=set)  # the console scripts its wheels install (`llamafactory-cli`, `swift`)
 
 
 _REQUIRES = re.compile(r"^Requires-Dist:\s*(?P<name>[A-Za-z0-9][\w.-]*)(?P<rest>.*)$", re.M)
@@ -80,6 +82,19 @@ def _requires(path: Path) -> set[str]:
         meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
         text = zf.read(meta).decode("utf-8", "replace") if meta else ""
     return {canonical(m.group("name")) for m in _REQUIRES.finditer(text) if "extra" not in m.group("rest")}
+
+
+def _scripts(path: Path) -> set[str]:
+    """The console scripts a wheel installs (its entry_points.txt's [console_scripts]): the commands a log shows it run by."""
+    if path.suffix != ".whl":
+        return set()
+    with zipfile.ZipFile(path) as zf:
+        entry = next((n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")), None)
+        text = zf.read(entry).decode("utf-8", "replace") if entry else ""
+    parser = configparser.ConfigParser(interpolation=None, delimiters=("=",))
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # script names keep their case
+    parser.read_string(text)
+    return set(parser["console_scripts"]) if parser.has_section("console_scripts") else set()
 
 
 def _members(path: Path) -> Iterator[tuple[str, bytes]]:
@@ -152,6 +167,7 @@ def read_archive(path: Path, dists: dict[str, Distribution]) -> None:
     dist = dists.setdefault(name, Distribution(name))
     dist.releases.add(m.group("version").split("+")[0])
     dist.requires |= _requires(path)
+    dist.scripts |= _scripts(path)
     for inner, source in _members(path):
         top = inner.split("/")[0]
         if "-" in top or top.endswith(".dist-info"):
@@ -192,6 +208,7 @@ def build(archives: list[Path]) -> dict[str, object]:
             if ex
         },
         "requires": {d.name: sorted(d.requires & set(dists)) for d in sorted(dists.values(), key=lambda d: d.name) if d.requires & set(dists)},
+        "scripts": {s: d.name for d in sorted(dists.values(), key=lambda d: d.name) for s in sorted(d.scripts)},
     }
 
 

@@ -275,7 +275,10 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
             if not resolved.dist and not resolved.candidates and kind == "attribute" and asker in ("", "user"):
                 resolved = _subclassed(owner, frames, dists) or resolved
             if not resolved.dist and not resolved.candidates and kind == "attribute":  # a subclass may override a method
-                resolved = _named_after(owner, caller=asker, installed=installed, around=near) or resolved
+                subclass = _named_after(owner, caller=asker, installed=installed, around=near)
+                if subclass is not None and subclass.dist == asker:  # the library asks a subclass of its own class
+                    subclass = Resolved("user", f"{subclass.reason}, written outside {asker} (your code or the model's remote code)")
+                resolved = subclass or resolved
         elif _owner(name) not in _CONSTRUCTORS:
             resolved = Resolved("", f"{name} names no class or function")
     callee = resolved.dist
@@ -319,7 +322,8 @@ def _calls_back(kind: str, name: str, module: str, resolved: Resolved) -> bool:
 
 
 def _project(caller: str, frames: list[Frame], dists: list[str]) -> str:
-    """The user's project where the caller is the user's code: named by the innermost user frame's path."""
+    """The user's project where the caller is the user's code: named by the innermost user frame's path (a class a
+    library calls back into is not named so: the model's remote code is no frame of the user's project)."""
     if caller != "user":
         return ""
     return next((project_of(f.path) for f, d in zip(reversed(frames), reversed(dists), strict=True) if not d), "")

@@ -88,6 +88,8 @@ def clean(raw: str) -> Logical:
     body = text.lstrip()
     if body.endswith("**") and raw.lstrip().startswith("**"):
         body = body[:-2].rstrip()
+    elif body.endswith("`") and raw.lstrip().startswith("`"):  # inline code around the line: its closing backtick goes too
+        body = body.rstrip("`").rstrip()
     return Logical(body, "/".join(stream), len(text) - len(body), logged)
 
 

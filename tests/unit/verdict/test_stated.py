@@ -211,3 +211,23 @@ def test_an_exception_behind_a_chinese_label_is_read() -> None:
 def test_a_data_loader_worker_segfault_is_a_crash() -> None:
     log = " 0%|          | 0/15 [00:00<?, ?it/s]ERROR: Unexpected segmentation fault encountered in worker.\n"
     assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "crash"
+
+
+def test_a_library_asking_a_subclass_of_its_own_class_asks_the_users_code() -> None:
+    log = """Traceback (most recent call last):
+  File "lab/src/trainer.py", line 167, in train
+    engine = deepspeed_init(self, num_training_steps=10)
+  File "/opt/conda/lib/python3.8/site-packages/transformers/deepspeed.py", line 267, in trainer_config_finalize
+    hidden_size = model.config.hidden_size
+  File "/opt/conda/lib/python3.8/site-packages/torch/nn/modules/module.py", line 1207, in __getattr__
+    raise AttributeError("'{}' object has no attribute '{}'".format(
+AttributeError: 'LabPreTrainedModel' object has no attribute 'config'
+"""
+    verdict = classify(RunFacts(scan=scan_text(log.encode())))
+    assert verdict.outcome.value == "api_mismatch", verdict
+    assert "caller transformers, callee your code" in verdict.evidence
+
+
+def test_inline_code_around_a_pasted_line_is_not_part_of_its_message() -> None:
+    log = "it fails with\n`ModuleNotFoundError: No module named 'vllm.model_executor.input_metadata`\n"
+    assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
