@@ -33,6 +33,7 @@ class Index:
     imports: dict[str, dict[str, str]]  # distribution -> ambiguous name -> distribution it imports it from
     requires: dict[str, tuple[str, ...]]  # distribution -> the indexed distributions it always requires
     exports: dict[str, frozenset[str]]  # distribution -> the names (of those several define) its top-level package exports
+    scripts: dict[str, str]  # console script (`llamafactory-cli`, `swift`) -> the distribution that installs it
 
 
 @cache
@@ -50,6 +51,7 @@ def index() -> Index:
         {k: dict(v) for k, v in raw["imports"].items()},
         {k: tuple(v) for k, v in raw.get("requires", {}).items()},
         {k: frozenset(v.split()) for k, v in raw.get("exports", {}).items()},
+        dict(raw.get("scripts", {})),
     )
 
 

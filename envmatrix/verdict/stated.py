@@ -11,6 +11,7 @@ RE2 syntax: logscan.py compiles it into its single pass.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 
@@ -18,7 +19,7 @@ from ..facts.modules import SPELLINGS, STACK
 from ..facts.nameindex import canonical, index
 
 #: How a package was stated, by the pattern's group: a version listed, an import, a call in code, a launcher.
-HOW = {"st_v": "version", "st_f": "import", "st_i": "import", "st_c": "call", "st_l": "launch", "st_m": "launch"}
+HOW = {"st_v": "version", "st_f": "import", "st_i": "import", "st_c": "call", "st_l": "launch", "st_m": "launch", "st_s": "launch"}
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,9 @@ def _names() -> dict[str, str]:
 
 
 def dist_of(written: str) -> str:
-    """The indexed distribution a written name stands for ('' for none): `vLLM` → vllm, `llama factory` → llamafactory."""
-    return _names().get(canonical(written.replace(" ", "-")), "")
+    """The indexed distribution a written name (or console script) stands for ('' for none): `vLLM` → vllm, `llama
+    factory` → llamafactory, `swift` → ms-swift."""
+    return _names().get(canonical(written.replace(" ", "-")), "") or index().scripts.get(written, "")
 
 
 @cache
@@ -65,4 +67,8 @@ def pattern() -> str:
     imported = rf"\bfrom[ \t]+(?P<st_f>{alt})(?:\.\w+)*[ \t]+import\b|(?m:^)[ \t]*(?:>>>[ \t]*)?import[ \t]+(?P<st_i>{alt})\b"
     called = rf"\b(?P<st_c>{alt})(?:\.[A-Za-z_]\w*)+\("
     launched = rf"\b(?P<st_l>{alt})-cli\b|(?:^|[ \t])-m[ \t]+(?P<st_m>{alt})\b"
-    return "|".join(f"(?:{p})" for p in (version, imported, called, launched))
+    # a console script the wheels install (nameindex.json `scripts`) where a command starts, after environment assignments,
+    # followed by a subcommand or an option: `CUDA_VISIBLE_DEVICES=0 swift sft \`, `$ vllm serve Qwen/…`
+    scripts = "|".join(re.escape(s) for s in sorted(index().scripts, key=len, reverse=True))
+    command = rf"(?m:^)[ \t>$]*(?:[A-Z_][A-Z0-9_]*=\S*[ \t]+)*(?P<st_s>{scripts})[ \t]+(?:[a-z][\w-]*|--?\w)"
+    return "|".join(f"(?:{p})" for p in (version, imported, called, launched, command))

@@ -231,3 +231,10 @@ AttributeError: 'LabPreTrainedModel' object has no attribute 'config'
 def test_inline_code_around_a_pasted_line_is_not_part_of_its_message() -> None:
     log = "it fails with\n`ModuleNotFoundError: No module named 'vllm.model_executor.input_metadata`\n"
     assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
+
+
+def test_a_console_script_where_a_command_starts_states_its_distribution() -> None:
+    log = "CUDA_VISIBLE_DEVICES=0,1 NPROC_PER_NODE=2 \\\nswift sft \\\n  --model Qwen/Qwen2.5-7B\n$ vllm serve Qwen/Qwen2.5-7B\n"
+    assert stated(log) == [("ms-swift", "launch"), ("vllm", "launch")]
+    failed = "AttributeError: module 'transformers.models.qwen2.modeling_qwen2' has no attribute '_flash_attention_forward'\n"
+    assert sides("swift sft --model x --packing true\n" + failed)[:2] == ("ms-swift", "transformers")
