@@ -38,10 +38,11 @@ _POSITIONAL = re.compile(
     r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given)"
 )
 _ATTRIBUTE = re.compile(
-    r"(?:'(?P<cls>\w+)' object|module '?(?P<mod>[\w.]+?)'?|type object '(?P<type>\w+)'|^(?P<bare>[A-Z]\w*)) has no attribute '?(?P<member>\w+)'?"
+    r"(?:['‘’](?P<cls>\w+)['‘’] object|module ['‘’]?(?P<mod>[\w.]+?)['‘’]?|type object ['‘’](?P<type>\w+)['‘’]|^(?P<bare>[A-Z]\w*))"
+    r" has no attribute ['‘’]?(?P<member>\w+)['‘’]?"
 )
-_IMPORT = re.compile(r"cannot import name ['‘’]?(?P<member>\w+)['‘’]?(?: from ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*))?")
-_SUBMODULE = re.compile(r"^No module named '?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)'?")
+_IMPORT = re.compile(r"cannot import name ['‘’]?(?P<member>\w+)['‘’]?(?: from\s+['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*))?")
+_SUBMODULE = re.compile(r"^No module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
 #: Functions that answer for another: an attribute one refuses was asked for by the frame that called it.
 _ACCESSORS = frozenset({"__getattr__", "__getattribute__", "_getattr", "getattr"})
 #: A library's generic wrapper: a decorator's inner function (`deprecation.wrapped_func`, `functools.wraps` wrappers,

@@ -46,6 +46,7 @@ TAIL_BYTES = 1 << 20  # the end of a log, read as structure whatever the budget 
 REGION_BYTES = 256 << 10  # one traceback region at most
 REGION_GAP = 3  # lines that are not a traceback's end a region (other ranks' lines in between are allowed up to this)
 CODE_HITS = 64  # lines read for library error codes (the first ones: a code is printed where a failure starts)
+HARMLESS_HITS = 4096  # lines a signature matched that say nothing failed (HARMLESS) passed over; then it is read no further
 STATED_HITS = 256  # statements of installed packages read (versions listed, imports; the head of a log states them)
 
 #: RE2's memory for one compiled alternation: its default (8 MiB) is too small a DFA cache for every signature at once, and
@@ -62,6 +63,7 @@ SIGNATURES: dict[str, str] = {
     "sigfpe:ucx": r"Caught signal 8\b",
     "sigfpe:elastic": r"Signal 8 \(SIGFPE\)",
     "sigfpe:torchrun": r"exitcode\s*:\s*-8\b",
+    "sigfpe:status": r"(?:exit|error|return)[ _]?(?:code|status)\s*[:=]?\s*-8\b|<Signals\.SIGFPE: 8>",
     "sigfpe:shell": r"(?i:floating point exception)",  # bash's, and zsh's lower-case one
     "sigfpe:name": r"SIGFPE\b",
     "import_abi:symbol": r"undefined symbol:\s*\S+",
@@ -109,7 +111,7 @@ SIGNATURES: dict[str, str] = {
     "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
     "oom:hip_enum": r"hipErrorOutOfMemory",  # CUDA's, cuBLAS's and cuDNN's codes are facts/errorcodes.py's
     "oom:xla": r"RESOURCE_EXHAUSTED|ResourceExhaustedError|OOM when allocating tensor",
-    "oom:cpu": r"DefaultCPUAllocator: can't allocate memory",
+    "oom:cpu": r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
     # the host's allocator, printed outside any exception: Rust's alloc error (tokenizers), C++'s, errno 12
     "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
     # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
@@ -150,6 +152,10 @@ SIGNATURES: dict[str, str] = {
     # ProcessGroupNCCL's own watchdog line (`[E ProcessGroupNCCL.cpp:1537] ... Timeout at NCCL work: 15734`), printed as a log
     # record, not an exception, before the process is torn down
     "nccl_error:pg_timeout": r"Timeout at NCCL work:\s*\d+",
+    # the same WARN lines as NCCL before 2.4 printed them: its source file, no `NCCL` word (`include/socket.h:344 WARN
+    # Socket creation failed : Address family not supported by protocol`)
+    "nccl_error:old_warn": r"\b(?:include|transport|misc|graph|proxy|bootstrap|init|enqueue|collectives)/[\w/]*\.(?:h|cc|cu):\d+ WARN\b"
+    r"[^\n]*(?i:failed|error|closed|refused|timed? ?out|abort|unreachable|not supported)",
     # NCCL's InfiniBand transport reporting a failed work completion (`NET/IB : Got completion from peer … with status=12`)
     "nccl_error:ib_completion": r"Got completion from peer \S+ with (?:status=|error )[1-9]",
     # ProcessGroupNCCL's error and fatal log records (`[E429 13:55:49.38 ProcessGroupNCCL.cpp:1743]`; its warnings are `W`):
@@ -158,6 +164,9 @@ SIGNATURES: dict[str, str] = {
     # NCCL's trace of an error code returned up its call chain (`NCCL INFO proxy.cc:1306 -> 3`): a non-zero code, in any wrapper
     "nccl_error:retcode": r"NCCL INFO\s+[\w/.-]+\.(?:cc|cu|h):\d+\s+->\s+[1-9]\d*[ \t]*(?:\r?\n|$)",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
+    # a negative status is the signal that killed the process, in a launcher's or a wrapper's words (`died with
+    # <Signals.SIGSEGV: 11>`, `returned non-zero exit status -9`, `ERROR: error code -9`)
+    "crash:status": r"(?:exit|error|return)[ _]?(?:code|status)\s*[:=]?\s*-(?:4|6|7|9|11)\b|<Signals\.SIG(?:ILL|ABRT|BUS|KILL|SEGV): \d+>",
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     "crash:segv": r"(?i:segmentation fault)",  # also torch's DataLoader: `Unexpected segmentation fault encountered in worker`
     "crash:bus": r"Bus error",
@@ -195,6 +204,20 @@ FACTS: dict[str, str] = {
     "gemma2": r"(?i:gemma-?2)",
     "flash_attn": r"(?i:flash_attention_2|flash[-_]attn)",
 }
+
+#: What a signature's wording also matches where nothing failed: NCCL's optional transports and plugins it looked for and did
+#: without (`misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]` then `Using network Socket`; `NET/Plugin : Plugin
+#: load returned 2 : libnccl-net.so: cannot open shared object file`). Keyed by the outcomes (or signatures) they concern.
+HARMLESS: dict[str, re.Pattern[str]] = {
+    "nccl_error": re.compile(r"Failed to open libibverbs|NET/Plugin|lib[nr]ccl-net\.so"),
+    "import_abi:missing_lib": re.compile(r"NET/Plugin|lib[nr]ccl-net\.so"),
+}
+
+
+def _harmless(name: str, line: str) -> bool:
+    rule = HARMLESS.get(name) or HARMLESS.get(name.split(":")[0])
+    return rule is not None and rule.search(line) is not None
+
 
 _KEYCH = rb"[\w./-]"
 _SEP = rb"['\"]?(?:\s*[:=]\s*|[ \t]+)['\"]?(?:tensor\()?"
@@ -409,6 +432,7 @@ class _Scanner:
         self.struct_until = -1  # where the head's structure reading stopped (absolute offset); -1 while it goes on
         self.code_left = CODE_HITS
         self.stated_left = STATED_HITS
+        self.harmless_left = HARMLESS_HITS
 
     def feed(self, buf: bytes, base_line: int, base: int = 0) -> None:
         """Search one chunk of whole lines (`base_line` lines and `base` bytes into the log) for everything still wanted."""
@@ -495,6 +519,11 @@ class _Scanner:
                 self.todo.discard(name)
             else:
                 found = hit(m.start(), m.end())
+                if _harmless(name, found.line):
+                    self.harmless_left -= 1
+                    if self.harmless_left <= 0:  # bounded work: past that many, these signatures are not read further
+                        self.todo -= {n for n in self.todo if _harmless(n, found.line)}
+                    continue
                 if name.split(":")[0] in CONTEXT_OF:
                     found = Hit(found.line_no, found.line, _before(buf, m.start()))
                 scan.hits[name] = found

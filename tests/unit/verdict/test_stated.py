@@ -238,3 +238,34 @@ def test_a_console_script_where_a_command_starts_states_its_distribution() -> No
     assert stated(log) == [("ms-swift", "launch"), ("vllm", "launch")]
     failed = "AttributeError: module 'transformers.models.qwen2.modeling_qwen2' has no attribute '_flash_attention_forward'\n"
     assert sides("swift sft --model x --packing true\n" + failed)[:2] == ("ms-swift", "transformers")
+
+
+def test_a_negative_status_is_the_signal_that_killed_the_process() -> None:
+    segv = "subprocess.CalledProcessError: Command '['python3', '-u', 'train.py']' died with <Signals.SIGSEGV: 11>.\n"
+    assert classify(RunFacts(scan=scan_text(segv.encode()))).outcome.value == "crash"
+    assert classify(RunFacts(scan=scan_text(b"After hours of training:\nERROR: error code -9\n"))).outcome.value == "crash"
+    assert classify(RunFacts(scan=scan_text(b"worker returned non-zero exit status -8\n"))).outcome.value == "sigfpe"
+    assert classify(RunFacts(scan=scan_text(b"the script finished with exit code 0\n"))).outcome.value == "inconclusive"
+
+
+def test_torch_cpu_allocator_and_old_nccl_warnings() -> None:
+    cpu = b"09:21:20.184 ERROR cpu Error: DefaultCPUAllocator: not enough memory: you tried to allocate 6553600 bytes.\n"
+    assert classify(RunFacts(scan=scan_text(cpu))).outcome.value == "oom"
+    old = b"node1:2231:2231 [0] include/socket.h:344 WARN Socket creation failed : Address family not supported by protocol\n"
+    assert classify(RunFacts(scan=scan_text(old))).outcome.value == "nccl_error"
+    # NCCL's optional transports and plugins it did without: no failure (it falls back to sockets), and no cover for one
+    harmless = b"node1:1:1 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n" * 300
+    harmless += b"node1:1:1 [0] NCCL INFO NET/Plugin : Plugin load returned 2 : libnccl-net.so: cannot open shared object file\n"
+    assert classify(RunFacts(scan=scan_text(harmless))).outcome.value == "inconclusive"
+    failed = harmless[:200] + b"node1:1:1 [0] misc/socket.cc:540 NCCL WARN Net : Connection closed by remote peer\n"
+    assert classify(RunFacts(scan=scan_text(failed))).outcome.value == "nccl_error"
+
+
+def test_wrapped_and_typographically_quoted_messages_are_read() -> None:
+    path = "(/usr/local/lib/python3.10/dist-packages/transformers/models/llama/modeling_llam\na.py)\n"
+    wrapped = "ImportError: cannot import name 'LlamaAttention' from \n'transformers.models.llama.modeling_llama' \n" + path
+    assert sides(wrapped)[1] == "transformers"
+    curly = "AttributeError: module ‘numpy’ has no attribute ‘float’\n"
+    assert sides(curly)[1] == "numpy"
+    dotted = "ModuleNotFoundError: No module named 'transformers.models.qwen2_5_vl.'\n"
+    assert sides(dotted)[1] == "transformers"
