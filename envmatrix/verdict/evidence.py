@@ -24,7 +24,7 @@ def ranges(scan: LogScan) -> list[Range]:
     texts = ([hit.line] if hit else []) + [j.raised.value for j in scan.judged if j.outcome == "api_mismatch"]
     for text in texts:
         found = read_range(text)
-        if found is not None and found not in out:
+        if found is not None and all(found.text() != o.text() for o in out):  # one statement, whichever line carried it
             out.append(found)
     return out
 

@@ -247,7 +247,7 @@ _STRUCT = (
     rb"|[a-z0-9] has no attribute \w|\(\) got an unexpected keyword argument '|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
     rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?: '|\(\) got multiple values for (?:keyword )?argument '|"
     + "\\bname [`'\"‘’]\\w+[`'\"‘’] is not defined".encode()
-    + rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault)(?:\([\w.]+\))?"
+    + rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault|NotFound|Conflict)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
     rb"|File [~A-Za-z:]*[/\\][^\s,\"]*\.py:\d|Cell In ?\[\d*\], line \d"
     rb"|\b(?:type|value|runtime|attribute|import|key|index|name|assertion|modulenotfound|notimplemented|os)error: "  # lower-cased

@@ -19,7 +19,7 @@ from ..facts.modules import SPELLINGS, STACK
 from ..facts.nameindex import canonical, index
 
 #: How a package was stated, by the pattern's group: a version listed, an import, a call in code, a launcher.
-HOW = {"st_v": "version", "st_f": "import", "st_i": "import", "st_c": "call", "st_l": "launch", "st_m": "launch", "st_s": "launch"}
+HOW = {"st_v": "version", "st_f": "import", "st_i": "import", "st_c": "call", "st_l": "launch", "st_m": "launch", "st_s": "launch", "st_t": "launch"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,12 @@ def pattern() -> str:
     called = rf"\b(?P<st_c>{alt})(?:\.[A-Za-z_]\w*)+\("
     launched = rf"\b(?P<st_l>{alt})-cli\b|(?:^|[ \t])-m[ \t]+(?P<st_m>{alt})\b"
     # a console script the wheels install (nameindex.json `scripts`) where a command starts, after environment assignments,
-    # followed by a subcommand or an option: `CUDA_VISIBLE_DEVICES=0 swift sft \`, `$ vllm serve Qwen/…`
+    # on a line that reads as a command, not prose that starts with the package's name: after a shell prompt, or with an
+    # option or a continuation (`CUDA_VISIBLE_DEVICES=0 swift sft \`, `$ vllm serve Qwen/…`, `trl grpo --model …`)
     scripts = "|".join(re.escape(s) for s in sorted(index().scripts, key=len, reverse=True))
-    command = rf"(?m:^)[ \t>$]*(?:[A-Z_][A-Z0-9_]*=\S*[ \t]+)*(?P<st_s>{scripts})[ \t]+(?:[a-z][\w-]*|--?\w)"
+    env = r"(?:[A-Z_][A-Z0-9_]*=\S*[ \t]+)*"
+    command = (
+        rf"(?m:^)[ \t>]*(?:\$[ \t]*{env}(?P<st_s>{scripts})[ \t]+\S"
+        rf"|{env}(?P<st_t>{scripts})[ \t]+(?:[a-z][\w-]*[ \t]+)?(?:--?[A-Za-z][^\n]*|[^\n]*\\[ \t]*(?m:$)))"
+    )
     return "|".join(f"(?:{p})" for p in (version, imported, called, launched, command))

@@ -269,3 +269,14 @@ def test_wrapped_and_typographically_quoted_messages_are_read() -> None:
     assert sides(curly)[1] == "numpy"
     dotted = "ModuleNotFoundError: No module named 'transformers.models.qwen2_5_vl.'\n"
     assert sides(dotted)[1] == "transformers"
+
+
+def test_prose_that_starts_with_a_package_name_is_no_command() -> None:
+    assert stated("transformers set `self.warnings_issued = {}` in `PreTrainedModel.__init__`\nvllm is great\n") == []
+    assert stated("ray start --head --port 6379\n") == [("ray", "launch")]
+
+
+def test_pkg_resources_exceptions_are_read_as_exceptions() -> None:
+    log = "pkg_resources.DistributionNotFound: The 'transformers<4.45,>=4.33' distribution was not found and is required by ms-swift\n"
+    assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
+    assert sides(log)[:2] == ("ms-swift", "transformers")
