@@ -301,13 +301,13 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
 def _stated_caller(callee: str, member: str, stated: Iterable[Stated]) -> tuple[str, str] | None:
     """The caller of an exception printed without frames, from what the log states (stated.py): the one stated package
     that requires the callee (the wheels' requirements, not optional imports: transformers and deepspeed import from each
-    other), the topmost where one requires another (llamafactory over the trl it requires), the code's statements first. None where
+    other), the topmost where one requires another (llamafactory over the trl it requires), the code's statements first, then the versions listed, then the prose. None where
     the code shown imports the name itself (the user's import), or no single package is left."""
     told = list(stated)
     if callee in ("", "user") or (member and any(s.how == "import" and s.dist == callee and re.search(rf"\b{re.escape(member)}\b", s.line) for s in told)):
         return None
     uses = [s for s in told if s.dist != callee and requires(s.dist, callee)]
-    for pool in ([s for s in uses if s.code], uses):
+    for pool in ([s for s in uses if s.code], [s for s in uses if s.how != "named"], uses):
         dists = {s.dist for s in pool}
         top = [d for d in dists if not any(requires(o, d) for o in dists if o != d)]
         if len(top) == 1:

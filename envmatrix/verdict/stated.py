@@ -1,8 +1,9 @@
 """What a log states about the packages around a failure: the versions it lists (`transformers 4.49.0`,
 `- **vLLM version**: 0.11.0`, `peft-0.5.0`, `trl版本0.12.0`), the imports and calls of the code it shows
 (`from peft import PeftModel`, `deepspeed.initialize(model)`), the launcher it ran (`llamafactory-cli train`,
-`python -m verl.trainer.main_ppo`). An exception pasted without its frames says nothing of who made the call; these
-statements are what the log says instead (boundary.py takes the one stated package that requires the callee).
+`python -m verl.trainer.main_ppo`), and, weakest, the packages its prose names (`the original code in verl assumed…`). An
+exception pasted without its frames says nothing of who made the call; these statements are what the log says instead
+(boundary.py takes the one stated package that requires the callee, the code's statements first, the prose's last).
 
 Only the indexed distributions are read (nameindex.json: the ones whose requirements are known), under their names,
 their import packages of the training stack and the spellings users write (facts/modules.SPELLINGS). The pattern is
@@ -18,8 +19,11 @@ from functools import cache
 from ..facts.modules import SPELLINGS, STACK
 from ..facts.nameindex import canonical, index
 
-#: How a package was stated, by the pattern's group: a version listed, an import, a call in code, a launcher.
-HOW = {"st_v": "version", "st_f": "import", "st_i": "import", "st_c": "call", "st_l": "launch", "st_m": "launch", "st_s": "launch", "st_t": "launch"}
+#: How a package was stated, by the pattern's group: a version listed, an import, a call in code, a launcher, a word of prose.
+HOW = {
+    **{"st_v": "version", "st_f": "import", "st_i": "import", "st_c": "call"},
+    **{"st_l": "launch", "st_m": "launch", "st_s": "launch", "st_t": "launch", "st_p": "named"},
+}
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,8 @@ class Stated:
 
     @property
     def code(self) -> bool:
-        """An import, call or launcher in the code the log shows, rather than a version in a list."""
-        return self.how != "version"
+        """An import, call or launcher in the code the log shows, rather than a version in a list or a word in prose."""
+        return self.how not in ("version", "named")
 
 
 @cache
@@ -58,7 +62,7 @@ def dist_of(written: str) -> str:
 
 @cache
 def pattern() -> str:
-    """One RE2 alternation of the four forms, each naming the package in its own group (HOW's keys)."""
+    """One RE2 alternation of the forms, each naming the package in its own group (HOW's keys)."""
     spelled = sorted(_names(), key=len, reverse=True)  # the longest first: `flash-attn` before `flash`
     alt = "(?i:" + "|".join(n.replace("-", "[ _.-]?") for n in spelled) + ")"
     version = rf"\b(?P<st_v>{alt})(?:[ _-]?(?i:version)|版本)?[ \t*`'\":=<>~!(-]{{0,40}}v?\d+\.\d+"
@@ -76,4 +80,6 @@ def pattern() -> str:
         rf"(?m:^)[ \t>]*(?:\$[ \t]*{env}(?P<st_s>{scripts})[ \t]+\S"
         rf"|{env}(?P<st_t>{scripts})[ \t]+(?:[a-z][\w-]*[ \t]+)?(?:--?[A-Za-z][^\n]*|[^\n]*\\[ \t]*(?m:$)))"
     )
-    return "|".join(f"(?:{p})" for p in (version, imported, called, launched, command))
+    # a package named in the prose around (`The original code in verl assumed…`): a word of its own, not a path or a module
+    named = rf"(?:(?m:^)|[ \t(`'\"*])(?P<st_p>{alt})(?:[ \t)`'\"*,:;!?]|\.(?:[ \t]|(?m:$))|(?m:$)|[^\x00-\x7f])"
+    return "|".join(f"(?:{p})" for p in (version, imported, called, launched, command, named))

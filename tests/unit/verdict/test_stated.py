@@ -16,8 +16,9 @@ IMPORT_FAILED = f"ImportError: cannot import name 'is_npu_available' from 'accel
 SHARD = "ImportError: cannot import name 'shard_checkpoint' from 'transformers.modeling_utils'\n"
 
 
-def stated(log: str) -> list[tuple[str, str]]:
-    return [(s.dist, s.how) for s in scan_text(log.encode()).stated]
+def stated(log: str, *, named: bool = False) -> list[tuple[str, str]]:
+    """What the log states, in order; a package only named in the prose where `named`."""
+    return [(s.dist, s.how) for s in scan_text(log.encode()).stated if named or s.how != "named"]
 
 
 def sides(log: str) -> tuple[str, str, str]:
@@ -280,3 +281,13 @@ def test_pkg_resources_exceptions_are_read_as_exceptions() -> None:
     log = "pkg_resources.DistributionNotFound: The 'transformers<4.45,>=4.33' distribution was not found and is required by ms-swift\n"
     assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
     assert sides(log)[:2] == ("ms-swift", "transformers")
+
+
+def test_a_package_named_in_the_prose_counts_last() -> None:
+    asked = "AttributeError: 'Qwen2_5_VLAttention' object has no attribute '_flash_attn_uses_top_left_mask'\n"
+    assert sides("The original code in `verl` assumed this attribute existed:\n" + asked)[:2] == ("verl", "transformers")
+    # a path or a module is no word of the prose
+    assert stated("see /opt/verl/trainer.py and verl.trainer.main_ppo\n", named=True) == []
+    assert stated("We use verl, with trl.\n", named=True) == [("verl", "named"), ("trl", "named")]
+    # a version listed outranks a word: trl is listed, verl only named
+    assert sides("trl 0.19.1\nWe moved from verl to trl.\n" + asked)[:2] == ("trl", "transformers")
