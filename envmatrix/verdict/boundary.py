@@ -301,8 +301,9 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
 def _stated_caller(callee: str, member: str, stated: Iterable[Stated]) -> tuple[str, str] | None:
     """The caller of an exception printed without frames, from what the log states (stated.py): the one stated package
     that requires the callee (the wheels' requirements, not optional imports: transformers and deepspeed import from each
-    other), the topmost where one requires another (llamafactory over the trl it requires), the code's statements first, then the versions listed, then the prose. None where
-    the code shown imports the name itself (the user's import), or no single package is left."""
+    other), the topmost where one requires another (llamafactory over the trl it requires); the code's statements first,
+    then the versions listed, then the prose. None where the code shown imports the name itself (the user's import), or no
+    single package is left. A package outside the index is never stated: a log listing autoawq and peft names peft."""
     told = list(stated)
     if callee in ("", "user") or (member and any(s.how == "import" and s.dist == callee and re.search(rf"\b{re.escape(member)}\b", s.line) for s in told)):
         return None
