@@ -61,6 +61,10 @@ _LOGGED = re.compile(r"\d\d:\d\d:\d\d|\b(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|
 _PREFIX = re.compile("|".join(f"(?:{p.pattern})" for p in _PREFIXES))
 
 
+#: An exception type set in bold alone (its opening `**` is a prefix already stripped): `ImportError:**`.
+_BOLD_TYPE = re.compile(r"([A-Za-z_][\w.]*:)\*\*\s*")
+
+
 @dataclass(frozen=True)
 class Logical:
     """A line without its prefixes (and without the indentation it had after them), how far it was indented there,
@@ -88,6 +92,8 @@ def clean(raw: str) -> Logical:
     body = text.lstrip()
     if body.endswith("**") and raw.lstrip().startswith("**"):
         body = body[:-2].rstrip()
+    elif raw.lstrip().startswith("**") and (bold := _BOLD_TYPE.match(body)):  # `**ImportError:** cannot import …`
+        body = f"{bold.group(1)} {body[bold.end() :]}"
     elif body.endswith("`") and raw.lstrip().startswith("`"):  # inline code around the line: its closing backtick goes too
         body = body.rstrip("`").rstrip()
     return Logical(body, "/".join(stream), len(text) - len(body), logged)

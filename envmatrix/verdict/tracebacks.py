@@ -94,6 +94,8 @@ _EMBEDDED_CALL = re.compile(
     r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given"
     r"|missing \d+ required (?:keyword-only |positional )?arguments?: '\w{1,200}'(?:(?:,| and) '\w{1,200}'){0,20}"
     r"|got multiple values for (?:keyword )?argument '\w{1,200}')"
+    # a server's answer that passes the TypeError on without the callable (`{'message': "Unexpected keyword argument 'x'"}`)
+    r"|(?<![\w.])[Uu]nexpected keyword argument '\w{1,200}'"
 )
 
 
@@ -117,7 +119,7 @@ def _said(m: re.Match[str]) -> str:
 #: `Raises the error `); what follows must name an exception type that says it is one (`…Error:`), so prose with a colon
 #: is not read as one.
 _LABEL = re.compile(
-    r"(?:[A-Za-z][\w ]{0,30}:\s+|[^\n]{0,200}?\b(?i:error|exception|message)\b(?:\s+(?i:is|was))?\s*[:(]?\s*"
+    r"(?:[A-Za-z][\w .-]{0,30}:\s+|[^\n]{0,200}?\b(?i:error|exception|message)\b(?:\s+(?i:is|was))?\s*[:(]?\s*"
     r"|[^\n]{0,200}?(?:报错|错误|异常|出错)[了是为]?\s*[:：]?\s*)"  # the same label in Chinese (`设置后报错：`)
     r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)"
 )
@@ -402,7 +404,7 @@ class Reader:
         if not bare and "import name" in text and (embedded := _EMBEDDED_IMPORT.search(text)):
             typed = text[: embedded.start()].rstrip().endswith("ImportError:")  # `ImportError: …` behind a quote or a label
             bare, text = "ImportError", _said(embedded)  # inside a wrapper's or a user's sentence: the message alone
-        elif not bare and "() " in text and (keyword := _EMBEDDED_CALL.search(text)):
+        elif not bare and ("() " in text or "nexpected keyword" in text) and (keyword := _EMBEDDED_CALL.search(text)):
             bare, text = "TypeError", keyword.group(0)  # a logger's `Engine loop error: f() got an unexpected keyword …`
         elif not bare and not st.in_traceback and "has no attribute" in text and (attribute := _EMBEDDED_ATTRIBUTE.search(text)):
             bare, text = "AttributeError", attribute.group(0)  # `提示Qwen2TokenizerFast has no attribute tokenizer`

@@ -291,3 +291,12 @@ def test_a_package_named_in_the_prose_counts_last() -> None:
     assert stated("We use verl, with trl.\n", named=True) == [("verl", "named"), ("trl", "named")]
     # a version listed outranks a word: trl is listed, verl only named
     assert sides("trl 0.19.1\nWe moved from verl to trl.\n" + asked)[:2] == ("trl", "transformers")
+
+
+def test_labels_bold_types_and_servers_answers_around_a_message() -> None:
+    label = "With pytorch_lightning 1.7 : ModuleNotFoundError: No module named 'pytorch_lightning.metrics'\n"
+    assert sides(label)[1] == "pytorch-lightning"
+    bold = "**ImportError:** cannot import name 'create_repo' from 'huggingface_hub' (C:\\Anaconda3\\lib\\site-packages\\huggingface_hub\\__init__.py)\n"
+    assert sides(bold)[1] == "huggingface-hub"
+    server = "Error code: 400 - {'message': \"Unexpected keyword argument 'best_of'\", 'object': 'error'}\n"
+    assert classify(RunFacts(scan=scan_text(server.encode()))).outcome.value == "api_mismatch"
