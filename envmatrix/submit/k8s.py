@@ -104,10 +104,14 @@ class DockerSocket:
     reports: str
 
 
+def _options(run_args: tuple[str, ...]) -> dict[str, str]:
+    """The run arguments as the flag → value pairs they were given in (the one reader of them here)."""
+    return dict(zip(run_args[::2], run_args[1::2], strict=False))
+
+
 def backend(f: Fanout) -> str:
     """The backend the pods run their cells with: `docker` when the shards were given `--backend docker`, else host."""
-    pairs = dict(zip(f.run_args[::2], f.run_args[1::2], strict=False))
-    return "docker" if pairs.get("--backend") == "docker" else "host"
+    return "docker" if _options(f.run_args).get("--backend") == "docker" else "host"
 
 
 def docker_socket(reports: str, gid: int | None) -> DockerSocket:
@@ -195,8 +199,7 @@ def run_command(f: Fanout, job: GpuJob, env: Environment, cells: list[Cell]) -> 
 
 def _passed(run_args: tuple[str, ...]) -> list[str]:
     """The run arguments every pod repeats (--jobs, --timeout); the file, profile, selection and backend are its own."""
-    pairs = [(run_args[i], run_args[i + 1]) for i in range(0, len(run_args) - 1, 2)]
-    return [x for flag, value in pairs if flag in ("--jobs", "--timeout") for x in (flag, value)]
+    return [x for flag, value in _options(run_args).items() if flag in ("--jobs", "--timeout") for x in (flag, value)]
 
 
 def env_job(f: Fanout, job: GpuJob, env: Environment, cells: list[Cell], digest: str, docker: DockerSocket | None = None) -> dict[str, Any]:
