@@ -30,11 +30,11 @@ from .stated import Stated
 from .tracebacks import LAZY, Frame, Raised
 
 _KEYWORD = re.compile(
-    r"(?P<name>[\w.<>]+)\(\) (?:got an unexpected keyword argument '(?P<member>\w+)'|got multiple values for (?:keyword )?argument '(?P<multi>\w+)'"
+    r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:got an unexpected keyword argument '(?P<member>\w+)'|got multiple values for (?:keyword )?argument '(?P<multi>\w+)'"
     r"|takes no keyword arguments)"
 )
 _POSITIONAL = re.compile(
-    r"(?P<name>[\w.<>]+)\(\) (?:missing \d+ required (?:keyword-only |positional )?arguments?: '(?P<member>\w+)'"
+    r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:missing \d+ required (?:keyword-only |positional )?arguments?: '(?P<member>\w+)'"
     r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given)"
 )
 _ATTRIBUTE = re.compile(

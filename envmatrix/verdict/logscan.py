@@ -115,7 +115,7 @@ SIGNATURES: dict[str, str] = {
     # the host's allocator, printed outside any exception: Rust's alloc error (tokenizers), C++'s, errno 12
     "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
     # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
-    "oom:killer": r"oom-kill event|(?i:out of memory: kill(?:ed)? process)|invoked oom-killer|OOMKilled|running low on memory"
+    "oom:killer": r"oom-kill event|(?i:out of memory: kill(?:ed)? process|killed by (?:the )?oom[- ]?killer)|invoked oom-killer|OOMKilled|running low on memory"
     r"|\b[1-9]\d*\s+Workers?\s+\([^)\n]{0,40}\)\s+killed\s+due\s+to\s+memory\s+pressure",  # the raylet's count (0 is no OOM)
     # NCCL's own allocation failing, and an engine refusing to start on the free memory it found (vLLM)
     "oom:nccl": r"NCCL WARN Cuda failure '?out of memory",
@@ -171,7 +171,7 @@ SIGNATURES: dict[str, str] = {
     "crash:segv": r"(?i:segmentation fault)",  # also torch's DataLoader: `Unexpected segmentation fault encountered in worker`
     "crash:bus": r"Bus error",
     "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)",  # the shell's notice, also in a Chinese locale
-    "crash:core": r"(?:Aborted|Illegal instruction) \(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT) received",
+    "crash:core": r"(?:Aborted|Illegal instruction)[ \t]+\(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT) received",
     # Ray's, vLLM's and a launcher's notices that a worker process died (the signal or OOM it names decides where one is named)
     "crash:worker_died": r"A worker died or was killed while executing|(?:[Aa]ctor|[Ww]orker|Worker proc [\w-]+) died unexpectedly"
     r"|Worker unexpectedly exits|worker process (?:\d+ )?(?:was )?killed by signal|(?:rank|worker) \d+ (?:died|exited) with signal"
@@ -211,12 +211,19 @@ FACTS: dict[str, str] = {
 HARMLESS: dict[str, re.Pattern[str]] = {
     "nccl_error": re.compile(r"Failed to open libibverbs|NET/Plugin|lib[nr]ccl-net\.so"),
     "import_abi:missing_lib": re.compile(r"NET/Plugin|lib[nr]ccl-net\.so"),
+    # the OOM killer among the causes a notice lists as possible (Ray's `Some common causes include: (1) the process was
+    # killed by the OOM killer …`): no evidence by itself, as in the rules
+    "oom:killer": re.compile(r"(?:potential|possible|common) (?:root )?causes?\b", re.I),
 }
 
 
-def _harmless(name: str, line: str) -> bool:
+def _harmless(name: str, buf: bytes, start: int, end: int) -> bool:
+    """Whether the whole line a signature matched (not the shortened evidence) says nothing failed (HARMLESS)."""
     rule = HARMLESS.get(name) or HARMLESS.get(name.split(":")[0])
-    return rule is not None and rule.search(line) is not None
+    if rule is None:
+        return False
+    lo, hi = _line_bounds(buf, start, end)
+    return rule.search(buf[lo:hi].decode("utf-8", "replace")) is not None
 
 
 _KEYCH = rb"[\w./-]"
@@ -520,10 +527,10 @@ class _Scanner:
                 self.todo.discard(name)
             else:
                 found = hit(m.start(), m.end())
-                if _harmless(name, found.line):
+                if _harmless(name, buf, m.start(), m.end()):
                     self.harmless_left -= 1
                     if self.harmless_left <= 0:  # bounded work: past that many, these signatures are not read further
-                        self.todo -= {n for n in self.todo if _harmless(n, found.line)}
+                        self.todo -= {n for n in self.todo if _harmless(n, buf, m.start(), m.end())}
                     continue
                 if name.split(":")[0] in CONTEXT_OF:
                     found = Hit(found.line_no, found.line, _before(buf, m.start()))

@@ -96,7 +96,7 @@ VOCABULARY: dict[str, Callable[[], str]] = {
         r"|memory allocation (?:of [\d,]+ bytes )?failed|(?:kv cache|cache blocks)[^\n]{0,80}(?:too small|not enough|insufficient|exceed|larger than)"
         r"|(?:larger|more) than[^\n]{0,80}(?:kv cache|cache blocks|available memory)|free memory[^\n]{0,160}(?:less than|lower than)"
     ),
-    "possible_causes": lambda: r"(?:potential|possible) (?:root )?causes?\b|(?:may|might|could) (?:have )?been (?:killed|caused)",
+    "possible_causes": lambda: r"(?:potential|possible|common) (?:root )?causes?\b|(?:may|might|could) (?:have )?been (?:killed|caused)",
     "memory_figures": lambda: (
         r"running low on memory|memory usage threshold|memory on the node[^\n]{0,80}\d|\d+(?:\.\d+)?\s?[GM]i?B\s?/\s?\d+(?:\.\d+)?\s?[GM]i?B"
     ),

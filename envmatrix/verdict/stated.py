@@ -80,6 +80,7 @@ def pattern() -> str:
         rf"(?m:^)[ \t>]*(?:\$[ \t]*{env}(?P<st_s>{scripts})[ \t]+\S"
         rf"|{env}(?P<st_t>{scripts})[ \t]+(?:[a-z][\w-]*[ \t]+)?(?:--?[A-Za-z][^\n]*|[^\n]*\\[ \t]*(?m:$)))"
     )
-    # a package named in the prose around (`The original code in verl assumed…`): a word of its own, not a path or a module
-    named = rf"(?:(?m:^)|[ \t(`'\"*])(?P<st_p>{alt})(?:[ \t)`'\"*,:;!?]|\.(?:[ \t]|(?m:$))|(?m:$)|[^\x00-\x7f])"
+    # a package named in the prose around (`The original code in verl assumed…`, `LLaMaFactory源码里`): a word of its own
+    # (Chinese runs words together), not a path or a module
+    named = rf"(?:(?m:^)|[ \t(`'\"*]|[^\x00-\x7f])(?P<st_p>{alt})(?:[ \t)`'\"*,:;!?]|\.(?:[ \t]|(?m:$))|(?m:$)|[^\x00-\x7f])"
     return "|".join(f"(?:{p})" for p in (version, imported, called, launched, command, named))

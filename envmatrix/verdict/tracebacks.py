@@ -82,7 +82,7 @@ _BARE_IMPORT = re.compile(r"cannot import name '?\w+'? from '?[A-Za-z_][\w.]*'?(
 #: The same message inside a wrapper's or a user's sentence (`Error loading module X: cannot import name …`, `报错"ImportError:
 #: cannot import name …"`, `Code error: cannot import name ‘X’ from ‘m’. I checked …`), in any quotes; `from` may be cut.
 _EMBEDDED_IMPORT = re.compile(
-    r"(?<![\w.])cannot import name [`'‘’\"]?(?P<name>\w+)[`'‘’\"]?(?: from [`'‘’\"]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)[`'‘’\"]?"
+    r"(?<![A-Za-z0-9_.])cannot import name [`'‘’\"]?(?P<name>\w+)[`'‘’\"]?(?: from [`'‘’\"]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)[`'‘’\"]?"
     r"(?P<path>\s*\([^)\n]{1,400}\))?)?"
 )
 
@@ -90,12 +90,12 @@ _EMBEDDED_IMPORT = re.compile(
 #: Python's TypeError over a call's arguments, printed without its type by a logger or a wrapper (`str(e)`) or in a user's
 #: sentence (`The error was GRPOTrainer._get_train_sampler() takes 1 positional argument but 2 were given.`).
 _EMBEDDED_CALL = re.compile(
-    r"(?<![\w.])[A-Za-z_][\w.]{0,200}\(\) (?:got an unexpected keyword argument '\w{1,200}'"
+    r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_.]{0,200}\(\) (?:got an unexpected keyword argument '\w{1,200}'"
     r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given"
     r"|missing \d+ required (?:keyword-only |positional )?arguments?: '\w{1,200}'(?:(?:,| and) '\w{1,200}'){0,20}"
     r"|got multiple values for (?:keyword )?argument '\w{1,200}')"
     # a server's answer that passes the TypeError on without the callable (`{'message': "Unexpected keyword argument 'x'"}`)
-    r"|(?<![\w.])[Uu]nexpected keyword argument '\w{1,200}'"
+    r"|(?<![A-Za-z0-9_.])[Uu]nexpected keyword argument '\w{1,200}'"
 )
 
 
@@ -106,7 +106,7 @@ _EMBEDDED_ATTRIBUTE = re.compile(r"(?<![A-Za-z0-9_.'])(?:'[A-Za-z_]\w{0,200}' ob
 
 
 #: Python's NameError printed without its type, in any quotes (`name ‘PeftModel’ is not defined`).
-_EMBEDDED_NAME = re.compile(r"(?<![\w.])name [`'‘’\"](?P<name>[A-Za-z_]\w{0,200})[`'‘’\"] is not defined")
+_EMBEDDED_NAME = re.compile(r"(?<![A-Za-z0-9_.])name [`'‘’\"](?P<name>[A-Za-z_]\w{0,200})[`'‘’\"] is not defined")
 
 
 def _said(m: re.Match[str]) -> str:
@@ -125,7 +125,7 @@ _LABEL = re.compile(
 )
 #: Python's own exception types, by their lower-cased names (a log pasted lower-cased keeps them recognisable).
 _BUILTIN_TYPES = {n.lower(): n for n in dir(builtins) if n.endswith(("Error", "Exception"))}
-_LOWER_TYPE = re.compile(r"(?<![\w.])(" + "|".join(sorted(_BUILTIN_TYPES, key=len, reverse=True)) + r"):")
+_LOWER_TYPE = re.compile(r"(?<![A-Za-z0-9_.])(" + "|".join(sorted(_BUILTIN_TYPES, key=len, reverse=True)) + r"):")
 #: The actor a remote call ran in, which an actor framework puts before the message (xoscar's `[address=…, pid=…]`).
 _ACTOR = re.compile(r"^\[(?:address|actor|pid|node|worker)=[^\]\n]{0,200}\]\s*")
 #: A line of code (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))`): what a frame's source

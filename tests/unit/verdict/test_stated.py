@@ -300,3 +300,22 @@ def test_labels_bold_types_and_servers_answers_around_a_message() -> None:
     assert sides(bold)[1] == "huggingface-hub"
     server = "Error code: 400 - {'message': \"Unexpected keyword argument 'best_of'\", 'object': 'error'}\n"
     assert classify(RunFacts(scan=scan_text(server.encode()))).outcome.value == "api_mismatch"
+
+
+def test_shell_padding_an_oom_killer_in_words_and_a_config_key() -> None:
+    padded = b"./run.sh: line 184: 2324239 Aborted                 (core dumped) python train.py\n"
+    assert classify(RunFacts(scan=scan_text(padded))).outcome.value == "crash"
+    assert classify(RunFacts(scan=scan_text(b"When I run the train code, I get: killed by OOM killer\n"))).outcome.value == "oom"
+    # the OOM killer among the causes a notice lists as possible is no evidence by itself, however long the line
+    ray = "(raylet) A worker died or was killed while executing a task by an unexpected system error. " + "x" * 500
+    ray += " Some common causes include: (1) the process was killed by the OOM killer due to high memory usage\n"
+    assert classify(RunFacts(scan=scan_text(ray.encode()))).outcome.value == "crash"
+    key = b"KeyError: <class 'transformers.models.table_transformer.configuration_table_transformer.TableTransformerConfig'>\n"
+    assert classify(RunFacts(scan=scan_text(key))).outcome.value == "unknown_model"
+    bnb = b"RuntimeError: \n        CUDA Setup failed despite GPU being available. Please run the following command\n"
+    assert classify(RunFacts(scan=scan_text(bnb))).outcome.value == "import_abi"
+
+
+def test_a_message_glued_to_chinese_text_keeps_its_callable() -> None:
+    log = "在DPO模式下可能报DPOTrainer.get_batch_logps() got an unexpected keyword argument 'average_log_prob'这个错误，LLaMaFactory源码里有问题\n"
+    assert sides(log)[:2] == ("llamafactory", "trl")
