@@ -26,6 +26,9 @@ HOW = {
 }
 
 
+QUOTE_CHARS = 160
+
+
 @dataclass(frozen=True)
 class Stated:
     """One statement of an installed distribution: which, how (HOW's values), and the line that says it."""
@@ -36,7 +39,14 @@ class Stated:
     line: str
 
     def quote(self) -> str:
-        return f"line {self.line_no}: {self.line}"
+        """`line 3: from peft import PeftModel` (a long line shortened: it is a reason's quote, not evidence)."""
+        line = self.line if len(self.line) <= QUOTE_CHARS else self.line[: QUOTE_CHARS - 1] + "…"
+        return f"line {self.line_no}: {line}"
+
+    @property
+    def said(self) -> str:
+        """How the log says it, as a verb: `lists` a version, `imports`, `calls`, `runs`, `names` in its prose."""
+        return {"version": "lists", "import": "imports", "call": "calls", "launch": "runs"}.get(self.how, "names")
 
     @property
     def code(self) -> bool:

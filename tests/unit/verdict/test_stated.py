@@ -126,7 +126,7 @@ def test_the_verdict_facts_and_evidence_name_the_stated_caller() -> None:
     assert "caller peft, callee accelerate" in verdict.evidence
     shown = json.loads(json.dumps(facts(scan)))["exceptions"][-1]["boundary"]
     assert (shown["caller"], shown["callee"]) == ("peft", "accelerate")
-    assert "the log states peft" in shown["caller_reason"]
+    assert "the log imports peft" in shown["caller_reason"]
 
 
 def test_pkg_resources_names_the_range_a_distribution_needs_and_who_needs_it() -> None:
