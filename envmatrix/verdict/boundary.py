@@ -313,7 +313,8 @@ def _stated_caller(callee: str, member: str, stated: Iterable[Stated]) -> tuple[
         top = [d for d in dists if not any(requires(o, d) for o in dists if o != d)]
         if len(top) == 1:
             said = next(s for s in pool if s.dist == top[0])
-            return said.dist, f"no frame of the caller is printed; the log {said.said} {said.dist} ({said.quote()}), the one package it names that requires {callee}"
+            why = f"the log {said.said} {said.dist} ({said.quote()}), the one package it names that requires {callee}"
+            return said.dist, f"no frame of the caller is printed; {why}"
     return None
 
 
