@@ -49,6 +49,8 @@ SDIST_ONLY = frozenset({"deepspeed", "flash-attn"})
 _NOT_PACKAGES = frozenset({"tests", "test", "docs", "examples", "benchmarks", "scripts", "csrc", "build", "third_party", "op_builder"})
 _PUBLIC = re.compile(r"^[A-Za-z]\w*$")
 _EXPORTED = re.compile(r"^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$")  # a class-like name in a lazy import structure
+#: A module's public constant (`WEIGHTS_NAME`, `ALL_LAYERNORM_LAYERS`): imported by name as classes are, and removed as they are.
+_CONSTANT = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
 _CAMEL = re.compile(r"^[A-Z][a-z0-9]+[A-Z]\w*$|^[A-Z]\w*(?:Error|Config|Cache|Model|Trainer|Tokenizer)$")
 _ARCHIVE = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>\d[\w.+!]*?)(?:-|\.tar\.gz$|\.zip$)")
 
@@ -115,7 +117,7 @@ def _members(path: Path) -> Iterator[tuple[str, bytes]]:
 
 
 def read_source(source: bytes, dist: Distribution) -> None:
-    """Top-level definitions, CamelCase aliases, `__all__`, and `from X import Name` of one module."""
+    """Top-level definitions, CamelCase aliases, constants, `__all__`, and `from X import Name` of one module."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # invalid escapes in old sources
         try:
@@ -129,8 +131,10 @@ def read_source(source: bytes, dist: Distribution) -> None:
             for target in node.targets:
                 if isinstance(target, ast.Name) and target.id == "__all__" and isinstance(node.value, ast.List | ast.Tuple):
                     dist.names.update(e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str) and _PUBLIC.match(e.value))
-                elif isinstance(target, ast.Name) and _CAMEL.match(target.id):
+                elif isinstance(target, ast.Name) and (_CAMEL.match(target.id) or _CONSTANT.match(target.id)):
                     dist.names.add(target.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _CONSTANT.match(node.target.id):
+            dist.names.add(node.target.id)
     for each in ast.walk(tree):
         if isinstance(each, ast.ImportFrom) and each.module and each.level == 0:
             top = each.module.split(".")[0]

@@ -111,7 +111,8 @@ SIGNATURES: dict[str, str] = {
     "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
     "oom:hip_enum": r"hipErrorOutOfMemory",  # CUDA's, cuBLAS's and cuDNN's codes are facts/errorcodes.py's
     "oom:xla": r"RESOURCE_EXHAUSTED|ResourceExhaustedError|OOM when allocating tensor",
-    "oom:cpu": r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
+    # torch's CPU allocator, and torch7's (`$ Torch: not enough memory: you tried to allocate 0GB. Buy new RAM!`)
+    "oom:cpu": r"DefaultCPUAllocator: can't allocate memory|not enough memory: you tried to allocate",
     # the host's allocator, printed outside any exception: Rust's alloc error (tokenizers), C++'s, errno 12
     "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
     # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
@@ -171,7 +172,11 @@ SIGNATURES: dict[str, str] = {
     "crash:segv": r"(?i:segmentation fault)",  # also torch's DataLoader: `Unexpected segmentation fault encountered in worker`
     "crash:bus": r"Bus error",
     "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)",  # the shell's notice, also in a Chinese locale
-    "crash:core": r"(?:Aborted|Illegal instruction)[ \t]+\(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT) received",
+    # glog's failure banner too (`*** SIGSEGV (@0x19) received by PID 11091`, `*** Aborted at 1525421992 (unix time)`)
+    "crash:core": r"(?:Aborted|Illegal instruction)[ \t]+\(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT)(?: \([^)\n]{0,40}\))? received"
+    r"|\*\*\* Aborted at \d+ \(unix time\)",
+    # torch's DataLoader naming the signal a worker died of (`DataLoader worker (pid 2287) is killed by signal: Killed.`)
+    "crash:loader": r"is killed by signal: (?:Killed|Segmentation fault|Aborted|Bus error|Illegal instruction)",
     # Ray's, vLLM's and a launcher's notices that a worker process died (the signal or OOM it names decides where one is named)
     "crash:worker_died": r"A worker died or was killed while executing|(?:[Aa]ctor|[Ww]orker|Worker proc [\w-]+) died unexpectedly"
     r"|Worker unexpectedly exits|worker process (?:\d+ )?(?:was )?killed by signal|(?:rank|worker) \d+ (?:died|exited) with signal"
@@ -256,7 +261,7 @@ _STRUCT = (
     rb"|[Uu]nexpected keyword argument '|"
     + "\\bname [`'\"‘’]\\w+[`'\"‘’] is not defined".encode()
     + rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault|NotFound|Conflict)(?:\([\w.]+\))?"
-    rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"
+    rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|:[A-Z]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"  # `ValueError:Network …` too
     rb"|File [~A-Za-z:]*[/\\][^\s,\"]*\.py:\d|Cell In ?\[\d*\], line \d"
     rb"|\b(?:type|value|runtime|attribute|import|key|index|name|assertion|modulenotfound|notimplemented|os)error: "  # lower-cased
     rb"|\.py:\d+:? in [\w<]|\.py:\d+:[ \t]*(?m:$)|\.py: *" + "│".encode() + rb"|\.py\\?\", line \d+|\.py\]?(?:\([^)\n]{0,200}\))? in [\w<]"

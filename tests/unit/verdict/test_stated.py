@@ -319,3 +319,22 @@ def test_shell_padding_an_oom_killer_in_words_and_a_config_key() -> None:
 def test_a_message_glued_to_chinese_text_keeps_its_callable() -> None:
     log = "在DPO模式下可能报DPOTrainer.get_batch_logps() got an unexpected keyword argument 'average_log_prob'这个错误，LLaMaFactory源码里有问题\n"
     assert sides(log)[:2] == ("llamafactory", "trl")
+
+
+def test_signals_and_memory_in_more_runtimes_words() -> None:
+    cases = {
+        b"$ Torch: not enough memory: you tried to allocate 0GB. Buy new RAM! at /torch/lib/TH/THGeneral.c:210\n": "oom",
+        b"DataLoader worker (pid 2287) is killed by signal: Killed.\n": "crash",
+        b'*** Aborted at 1525421992 (unix time) try "date -d @1525421992" if you are using GNU date ***\n': "crash",
+        b"*** SIGSEGV (@0x19) received by PID 11091 (TID 0x7f813c844700) from PID 25; stack trace: ***\n": "crash",
+    }
+    for log, outcome in cases.items():
+        assert classify(RunFacts(scan=scan_text(log))).outcome.value == outcome, log
+
+
+def test_non_finite_values_a_check_raised_in_more_words() -> None:
+    assert classify(RunFacts(scan=scan_text(b"ValueError:Network outputs is NAN! Stop Training\n"))).outcome.value == "nan_loss"
+    fp = b'Traceback (most recent call last):\n  File "/x/fp16_optimizer.py", line 189, in clip_grad_norm\n    raise FloatingPointError(m)\nFloatingPointError: Minimum loss scale reached (0.0001).\n'
+    assert classify(RunFacts(scan=scan_text(fp))).outcome.value == "nan_loss"
+    tok = b"ValueError: Tokenizer class Qwen2Tokenizer does not exist or is not currently imported.\n"
+    assert classify(RunFacts(scan=scan_text(tok))).outcome.value == "unknown_model"
