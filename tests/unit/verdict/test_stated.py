@@ -334,7 +334,8 @@ def test_signals_and_memory_in_more_runtimes_words() -> None:
 
 def test_non_finite_values_a_check_raised_in_more_words() -> None:
     assert classify(RunFacts(scan=scan_text(b"ValueError:Network outputs is NAN! Stop Training\n"))).outcome.value == "nan_loss"
-    fp = b'Traceback (most recent call last):\n  File "/x/fp16_optimizer.py", line 189, in clip_grad_norm\n    raise FloatingPointError(m)\nFloatingPointError: Minimum loss scale reached (0.0001).\n'
+    frame = b'Traceback (most recent call last):\n  File "/x/fp16_optimizer.py", line 189, in clip_grad_norm\n    raise FloatingPointError(m)\n'
+    fp = frame + b"FloatingPointError: Minimum loss scale reached (0.0001).\n"
     assert classify(RunFacts(scan=scan_text(fp))).outcome.value == "nan_loss"
     tok = b"ValueError: Tokenizer class Qwen2Tokenizer does not exist or is not currently imported.\n"
     assert classify(RunFacts(scan=scan_text(tok))).outcome.value == "unknown_model"
