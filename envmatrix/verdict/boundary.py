@@ -26,7 +26,7 @@ from typing import Any
 from ..facts.modules import known_import
 from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, requires, resolve
 from .ranges import in_message
-from .stated import Stated
+from .stated import Stated, dist_of
 from .tracebacks import LAZY, Frame, Raised
 
 _KEYWORD = re.compile(
@@ -42,6 +42,8 @@ _ATTRIBUTE = re.compile(
     r" has no attribute ['‘’]?(?P<member>\w+)['‘’]?"
 )
 _IMPORT = re.compile(r"cannot import name ['‘’]?(?P<member>\w+)['‘’]?(?: from\s+['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*))?")
+#: The import statement a frame's source line shows (`from pytorch_transformers.modeling import (CONFIG_NAME,`).
+_FROM = re.compile(r"\s*from\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s+import\b")
 _SUBMODULE = re.compile(r"^No module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
 #: Functions that answer for another: an attribute one refuses was asked for by the frame that called it.
 _ACCESSORS = frozenset({"__getattr__", "__getattribute__", "_getattr", "getattr"})
@@ -176,6 +178,8 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
     if {"ImportError", "ModuleNotFoundError"} & set(types):
         if (m := _IMPORT.search(text)) and m.group("mod"):
             return "import_name", m.group("mod"), m.group("member"), m.group("mod")
+        if m and (stmt := _FROM.match(raised.source)):  # Python < 3.7 names no `from`: the statement printed above does
+            return "import_name", stmt.group("mod"), m.group("member"), stmt.group("mod")
         if m and (found := resolve(m.group("member")).dist):  # no `from`: the package the name resolves to
             top = next(iter(import_packages(found)), found.replace("-", "_"))
             return "import_name", top, m.group("member"), top
@@ -290,12 +294,26 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
         # the user handed it
         callee = "user"
         resolved = Resolved("user", f"{resolved.reason}; {caller} calls into it: code of your own or of the model's remote code")
-    if not frames and caller in ("", "user") and (told := _stated_caller(callee, member, stated)):
+    if not frames and caller in ("", "user") and (told := _checkout(raised, callee) or _stated_caller(callee, member, stated)):
         caller, caller_reason = told
     # an attribute's asker is printed, and an import's importer is the frame that raised; a call's caller may be cut
     if caller == callee and raised.headless and kind not in ("attribute", "import_name", "submodule"):
         caller, caller_reason = "", f"every frame printed is {callee}'s own code, and the excerpt starts after the caller's frames"
     return Boundary(kind, name, member, caller, caller_reason, callee, resolved.reason, resolved.candidates, _project(caller, frames, dists))
+
+
+#: A virtual environment created inside a checkout (`/home/team/code/sglang/venv/lib/python3.10/site-packages/…`).
+_VENV_IN = re.compile(r"[/\\](?P<checkout>[A-Za-z][\w.-]*)[/\\]\.?v?env[\w.-]*[/\\](?:lib|Lib)[/\\]")
+
+
+def _checkout(raised: Raised, callee: str) -> tuple[str, str] | None:
+    """The caller of an exception printed without frames whose message shows the environment living inside a checkout
+    of a stack package (`…/sglang/venv/lib/…/site-packages/transformers/…`): the program that ran is that package's."""
+    m = _VENV_IN.search(raised.value.split("\n", 1)[0])
+    owner = dist_of(m.group("checkout")) if m else ""
+    if not owner or owner == callee:
+        return None
+    return owner, f"no frame of the caller is printed; the environment in the message lives inside a checkout of {owner} ({m.group('checkout') if m else ''}/)"
 
 
 def _stated_caller(callee: str, member: str, stated: Iterable[Stated]) -> tuple[str, str] | None:

@@ -339,3 +339,25 @@ def test_non_finite_values_a_check_raised_in_more_words() -> None:
     assert classify(RunFacts(scan=scan_text(fp))).outcome.value == "nan_loss"
     tok = b"ValueError: Tokenizer class Qwen2Tokenizer does not exist or is not currently imported.\n"
     assert classify(RunFacts(scan=scan_text(tok))).outcome.value == "unknown_model"
+
+
+def test_an_environment_inside_a_checkout_names_the_program_that_ran() -> None:
+    site = "/home/team/code/sglang/venv/lib/python3.10/site-packages/transformers/models/mllama/image_processing_mllama.py"
+    log = f"ImportError: cannot import name 'is_valid_list_of_images' from 'transformers.models.mllama.image_processing_mllama' ({site})\n"
+    assert sides(log)[:2] == ("sglang", "transformers")
+    plain = log.replace("/home/team/code/sglang/venv/", "/opt/venv/")
+    assert sides(plain)[:2] == ("your code", "transformers")
+
+
+def test_a_module_constant_is_a_name_the_index_knows() -> None:
+    log = "cannot import name 'ALL_LAYERNORM_LAYERS' from 'transformers.trainer'\n"  # a constant, removed from trainer's namespace
+    assert classify(RunFacts(scan=scan_text(log.encode()))).outcome.value == "api_mismatch"
+
+
+def test_an_import_without_from_is_read_from_the_statement_printed_above() -> None:
+    log = """Traceback (most recent call last):
+  File "convert.py", line 27, in <module>
+    from transformers.modeling_utils import (shard_checkpoint,
+ImportError: cannot import name 'shard_checkpoint'
+"""
+    assert sides(log)[:2] == ("your code", "transformers")
