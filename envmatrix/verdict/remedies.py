@@ -24,17 +24,22 @@ from .ranges import Range
 from .rules import Judged
 
 
+def _range_advice(stated: Range) -> str:
+    """Install what the range says, or move the package that states it; the installed release where the statement names
+    one (pkg_resources' `distribution was not found` names none)."""
+    who = stated.said_by or "the package"
+    install = f"install {stated.package} {stated.needed} (the range {who} states; "
+    if not stated.found:
+        return install + f"no installed release satisfies it), or move {who} to a release that supports the installed {stated.package}"
+    return install + f"{stated.found} is installed), or move the package that states it to a release that supports {stated.found}"
+
+
 def api_mismatch(scan: LogScan, installed: Mapping[str, str] | None = None) -> str | None:
     """Name both sides of the boundary (boundary.py): who called, what it asked of which package, what that package's
     installed release lacks; the stated range where a package said one."""
     judged = strong(scan, "api_mismatch") or last_exception(scan)
     stated: list[Range] = ranges(scan)
-    advice = (
-        f"install {stated[0].package} {stated[0].needed} (the range {stated[0].said_by or 'the package'} states; {stated[0].found} is installed), "
-        f"or move the package that states it to a release that supports {stated[0].found}"
-        if stated
-        else None
-    )
+    advice = _range_advice(stated[0]) if stated else None
     if judged is None:
         return f"{advice}; in a matrix, the finding's axes say which releases" if advice else None
     crossed = of_scan(scan, judged, installed or {})

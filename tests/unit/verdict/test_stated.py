@@ -361,3 +361,9 @@ def test_an_import_without_from_is_read_from_the_statement_printed_above() -> No
 ImportError: cannot import name 'shard_checkpoint'
 """
     assert sides(log)[:2] == ("your code", "transformers")
+
+
+def test_a_range_with_no_installed_release_is_advised_without_one() -> None:
+    log = "pkg_resources.DistributionNotFound: The 'transformers<4.45,>=4.33' distribution was not found and is required by ms-swift\n"
+    remedy = classify(RunFacts(scan=scan_text(log.encode()))).remedy
+    assert "no installed release satisfies it" in remedy and "supports ;" not in remedy and ";  is" not in remedy, remedy
