@@ -4,8 +4,9 @@ pyproject's package-data (a plain `pip install .` lacked the name index once, an
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 
