@@ -76,23 +76,24 @@ class Distribution:
 _REQUIRES = re.compile(r"^Requires-Dist:\s*(?P<name>[A-Za-z0-9][\w.-]*)(?P<rest>.*)$", re.M)
 
 
+def _dist_info(path: Path, name: str) -> str:
+    """A file of a wheel's `.dist-info` folder (`METADATA`, `entry_points.txt`) as text; '' for an sdist or a wheel without it."""
+    if path.suffix != ".whl":
+        return ""
+    with zipfile.ZipFile(path) as zf:
+        found = next((n for n in zf.namelist() if n.endswith(f".dist-info/{name}")), None)
+        return zf.read(found).decode("utf-8", "replace") if found else ""
+
+
 def _requires(path: Path) -> set[str]:
     """The distributions a wheel always requires (its METADATA's Requires-Dist lines that no extra guards)."""
-    if path.suffix != ".whl":
-        return set()
-    with zipfile.ZipFile(path) as zf:
-        meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
-        text = zf.read(meta).decode("utf-8", "replace") if meta else ""
+    text = _dist_info(path, "METADATA")
     return {canonical(m.group("name")) for m in _REQUIRES.finditer(text) if "extra" not in m.group("rest")}
 
 
 def _scripts(path: Path) -> set[str]:
     """The console scripts a wheel installs (its entry_points.txt's [console_scripts]): the commands a log shows it run by."""
-    if path.suffix != ".whl":
-        return set()
-    with zipfile.ZipFile(path) as zf:
-        entry = next((n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")), None)
-        text = zf.read(entry).decode("utf-8", "replace") if entry else ""
+    text = _dist_info(path, "entry_points.txt")
     parser = configparser.ConfigParser(interpolation=None, delimiters=("=",))
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # script names keep their case
     parser.read_string(text)
