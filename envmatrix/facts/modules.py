@@ -23,6 +23,10 @@ DISTRIBUTIONS: dict[str, str] = {
     "git": "gitpython",
     "fitz": "pymupdf",
     "dotenv": "python-dotenv",
+    "haiku": "dm-haiku",
+    "whisper": "openai-whisper",
+    "paddle": "paddlepaddle",
+    "hydra": "hydra-core",
     # library names in transformers' `X requires the <library> library` messages
     "PyTorch": "torch",
     "TensorFlow": "tensorflow",
@@ -73,6 +77,13 @@ LIBRARIES: frozenset[str] = frozenset(
         "openai", "tiktoken", "wandb", "tensorboard", "evaluate", "sentencepiece", "numba", "jsonschema", "packaging", "setuptools",
         "pyarrow", "fsspec", "torchmetrics", "torchtext", "transformers_stream_generator", "modelscope", "optimum",
         "auto_gptq", "awq", "gguf", "llama_cpp", "open_clip", "clip", "albumentations", "kornia", "networkx", "seaborn",
+        # the rest of the ecosystem users' logs show (added 2026-11-28): quantization and kernels, JAX's, OpenMMLab's, RL
+        # environments, the old names of transformers, interpretability, graph, serving and evaluation libraries
+        "torchao", "hqq", "compressed_tensors", "llmcompressor", "mamba_ssm", "causal_conv1d", "sgl_kernel", "cupy", "pynvml",
+        "jaxlib", "flax", "optax", "haiku", "mmcv", "mmdet", "mmseg", "detectron2", "gym", "gymnasium",
+        "pytorch_pretrained_bert", "pytorch_transformers", "transformer_lens", "fairseq", "torch_geometric", "dgl",
+        "outlines", "xgrammar", "lm_eval", "mlflow", "hydra", "omegaconf", "langchain", "llama_index", "whisper", "torch_xla",
+        "keras_nlp", "tensorflow_hub", "tensorflow_addons", "paddle", "oneflow", "mindspore", "qwen_vl_utils", "decord",
     }
 )  # fmt: skip
 

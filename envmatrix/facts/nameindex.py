@@ -34,6 +34,7 @@ class Index:
     requires: dict[str, tuple[str, ...]]  # distribution -> the indexed distributions it always requires
     exports: dict[str, frozenset[str]]  # distribution -> the names (of those several define) its top-level package exports
     scripts: dict[str, str]  # console script (`llamafactory-cli`, `swift`) -> the distribution that installs it
+    uses: dict[str, tuple[str, ...]]  # `module:name` or a dotted module -> the other distributions whose code takes it
 
 
 @cache
@@ -52,6 +53,7 @@ def index() -> Index:
         {k: tuple(v) for k, v in raw.get("requires", {}).items()},
         {k: frozenset(v.split()) for k, v in raw.get("exports", {}).items()},
         dict(raw.get("scripts", {})),
+        {k: tuple(v.split()) for k, v in raw.get("uses", {}).items()},
     )
 
 
@@ -69,6 +71,13 @@ def module_owner(module: str) -> str:
 def import_packages(dist: str) -> tuple[str, ...]:
     """The top-level import packages a distribution installs, from its wheels' trees (`flash-attn` → `flash_attn`)."""
     return tuple(p for p, d in index().packages.items() if d == dist)
+
+
+def users(module: str, name: str = "") -> tuple[str, ...]:
+    """The indexed distributions (other than the module's own) whose code imports `name` from `module`, or reads it as
+    `module.name`, or imports the dotted `module` itself (name ''): who asked for a name a release removed, when the log
+    prints no frame of the asker. Empty where none does, or too many do to tell (nameindex_build.USERS_KEPT)."""
+    return index().uses.get(f"{module}:{name}" if name else module, ())
 
 
 def requirers(dist: str) -> tuple[str, ...]:
@@ -123,6 +132,8 @@ def resolve(name: str, *, caller: str = "", installed: Iterable[str] = (), aroun
     near = tuple(dict.fromkeys(d for d in map(canonical, around) if d in found and d != canonical(caller)))
     if len(near) == 1:
         return Resolved(near[0], f"{name} is defined by {', '.join(found)}; of these only {near[0]} is in the traceback", found)
+    if not near and canonical(caller) in found and canonical(caller) in {canonical(d) for d in around}:  # ray's `Worker` in ray's frames
+        return Resolved(canonical(caller), f"{name} is defined by {', '.join(found)}; of these only {caller}, whose code asked, is in the traceback", found)
     public = tuple(d for d in found if name in index().exports.get(d, ()))
     if len(public) == 1:
         return Resolved(public[0], f"{name} is defined by {', '.join(found)}; only {public[0]} exports it from its top-level package", found)

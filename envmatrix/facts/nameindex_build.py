@@ -71,6 +71,7 @@ class Distribution:
     requires: set[str] = field(default_factory=set)  # distributions it always requires (Requires-Dist without an extra)
     exports: set[str] = field(default_factory=set)  # names its top-level `__init__` exports (its public API)
     scripts: set[str] = field(default_factory=set)  # the console scripts its wheels install (`llamafactory-cli`, `swift`)
+    uses: set[str] = field(default_factory=set)  # `module:name` it imports or reads, and the dotted modules it imports
 
 
 _REQUIRES = re.compile(r"^Requires-Dist:\s*(?P<name>[A-Za-z0-9][\w.-]*)(?P<rest>.*)$", re.M)
@@ -142,6 +143,34 @@ def read_source(source: bytes, dist: Distribution) -> None:
             for alias in each.names:
                 if _PUBLIC.match(alias.name):
                     dist.imports.setdefault(alias.name, set()).add(top)
+    dist.uses |= read_uses(tree)
+
+
+def read_uses(tree: ast.Module) -> set[str]:
+    """What one module takes from other modules: `module:name` for each `from module import name` and each attribute
+    read through an imported module (`torch.library.register_fake` → `torch.library:register_fake`, also through
+    `import torch.nn as nn`), and each dotted module it imports. The build keeps those of other distributions: who
+    imports a name a release removed, when no frame of the importer is printed."""
+    out: set[str] = set()
+    bound: dict[str, str] = {}  # a name the module binds by `import` -> the module it is
+    for each in ast.walk(tree):
+        if isinstance(each, ast.ImportFrom) and each.module and each.level == 0:
+            out.add(each.module)
+            out.update(f"{each.module}:{a.name}" for a in each.names if _PUBLIC.match(a.name))
+        elif isinstance(each, ast.Import):
+            for a in each.names:
+                out.add(a.name)
+                bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+    for each in ast.walk(tree):
+        if isinstance(each, ast.Attribute):
+            parts, node = [each.attr], each.value
+            while isinstance(node, ast.Attribute):
+                parts.append(node.attr)
+                node = node.value
+            if isinstance(node, ast.Name) and node.id in bound:
+                path = bound[node.id].split(".") + parts[::-1]
+                out.update(f"{'.'.join(path[:i])}:{path[i]}" for i in range(1, len(path)))
+    return {u for u in out if "." in u or ":" in u}
 
 
 def read_exports(source: bytes) -> set[str]:
@@ -214,7 +243,24 @@ def build(archives: list[Path]) -> dict[str, object]:
         },
         "requires": {d.name: sorted(d.requires & set(dists)) for d in sorted(dists.values(), key=lambda d: d.name) if d.requires & set(dists)},
         "scripts": {s: d.name for d in sorted(dists.values(), key=lambda d: d.name) for s in sorted(d.scripts)},
+        "uses": _uses(dists, owner),
     }
+
+
+#: A name more distributions use than this tells no importer apart: left out, to keep the index small.
+USERS_KEPT = 6
+
+
+def _uses(dists: dict[str, Distribution], owner: dict[str, str]) -> dict[str, str]:
+    """`module:name` (or a dotted module) -> the other distributions whose code imports or reads it: who asked for a name
+    a release removed (`triton.compiler.compiler:triton_key` → torch) when the log prints no frame of theirs."""
+    users: dict[str, set[str]] = {}
+    for d in dists.values():
+        for use in d.uses:
+            top = use.split(":")[0].split(".")[0]
+            if owner.get(top, d.name) != d.name:
+                users.setdefault(use, set()).add(d.name)
+    return {k: " ".join(sorted(v)) for k, v in sorted(users.items()) if len(v) <= USERS_KEPT}
 
 
 def _shared_exports(dists: dict[str, Distribution], definers: dict[str, set[str]]) -> dict[str, str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..facts.modules import known_import
-from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, requires, resolve
+from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, requires, resolve, users
 from .ranges import in_message
 from .stated import Stated, dist_of
 from .tracebacks import LAZY, Frame, Raised
@@ -250,6 +250,7 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
     called = _called(raised)
     if called is None:
         return _range(raised)
+    stated = tuple(stated)  # read twice: who imports the name, then who requires its package
     kind, name, member, module = called
     frames = [f for f in raised.frames if not _looked_through(f)]
     dists = [_dist(f) for f in frames]
@@ -294,7 +295,11 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
         # the user handed it
         callee = "user"
         resolved = Resolved("user", f"{resolved.reason}; {caller} calls into it: code of your own or of the model's remote code")
-    if not frames and caller in ("", "user") and (told := _checkout(raised, callee) or _stated_caller(callee, member, stated)):
+    if (
+        not frames
+        and caller in ("", "user")
+        and (told := _checkout(raised, callee) or _user_of(kind, module, member, callee, stated) or _stated_caller(callee, member, stated))
+    ):
         caller, caller_reason = told
     # an attribute's asker is printed, and an import's importer is the frame that raised; a call's caller may be cut
     if caller == callee and raised.headless and kind not in ("attribute", "import_name", "submodule"):
@@ -323,7 +328,7 @@ def _stated_caller(callee: str, member: str, stated: Iterable[Stated]) -> tuple[
     then the versions listed, then the prose. None where the code shown imports the name itself (the user's import), or no
     single package is left. A package outside the index is never stated: a log listing autoawq and peft names peft."""
     told = list(stated)
-    if callee in ("", "user") or (member and any(s.how == "import" and s.dist == callee and re.search(rf"\b{re.escape(member)}\b", s.line) for s in told)):
+    if callee in ("", "user") or _imports_itself(callee, member, told):
         return None
     uses = [s for s in told if s.dist != callee and requires(s.dist, callee)]
     for pool in ([s for s in uses if s.code], [s for s in uses if s.how != "named"], uses):
@@ -334,6 +339,36 @@ def _stated_caller(callee: str, member: str, stated: Iterable[Stated]) -> tuple[
             why = f"the log {said.said} {said.dist} ({said.quote()}), the one package it names that requires {callee}"
             return said.dist, f"no frame of the caller is printed; {why}"
     return None
+
+
+def _imports_itself(callee: str, member: str, told: list[Stated]) -> bool:
+    """Whether the code the log shows imports the failing name from the callee itself (the user's own import)."""
+    return bool(member) and any(s.how == "import" and s.dist == callee and re.search(rf"\b{re.escape(member)}\b", s.line) for s in told)
+
+
+def _user_of(kind: str, module: str, member: str, callee: str, stated: Iterable[Stated]) -> tuple[str, str] | None:
+    """The caller of an import or a module's attribute printed without frames, of the packages the log states: the one
+    whose own code (in the indexed releases: nameindex.users) imports that very name from that module, reads it there,
+    or imports that submodule. A log listing trl, peft and transformers over `cannot import name 'EncoderDecoderCache'
+    from 'transformers'` names peft, which imports it; trl requires transformers too. Never from the index alone: the
+    world's code is larger than the releases indexed (a user's project, diffusers), so a name only one indexed package
+    imports is no proof that it asked. None where the code shown imports it itself, or no single stated one is left."""
+    if kind == "submodule":
+        key, what = (member, ""), f"imports {member}"
+    elif kind in ("import_name", "attribute") and module:
+        key, what = (module, member), (f"imports {member} from {module}" if kind == "import_name" else f"reads {module}.{member}")
+    else:
+        return None
+    told = list(stated)
+    who = [d for d in users(*key) if d not in (callee, "")]
+    if not who or _imports_itself(callee, member, told):
+        return None
+    named = sorted({s.dist for s in told} & set(who))
+    if len(named) != 1:
+        return None
+    said = next(s for s in told if s.dist == named[0])
+    why = f"the log {said.said} {said.dist} ({said.quote()}), and of the packages it names only {said.dist}'s own code {what}"
+    return named[0], f"no frame of the caller is printed; {why}"
 
 
 def _calls_back(kind: str, name: str, module: str, resolved: Resolved) -> bool:

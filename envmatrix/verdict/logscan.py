@@ -110,9 +110,10 @@ SIGNATURES: dict[str, str] = {
     "oom:error": r"OutOfMemoryError",
     "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
     "oom:hip_enum": r"hipErrorOutOfMemory",  # CUDA's, cuBLAS's and cuDNN's codes are facts/errorcodes.py's
-    "oom:xla": r"RESOURCE_EXHAUSTED|ResourceExhaustedError|OOM when allocating tensor",
+    # XLA's status words, also in a glog line a terminal wrapped (`Resource exhausted: Out \nof memory while trying to allocate`)
+    "oom:xla": r"RESOURCE_EXHAUSTED|ResourceExhaustedError|OOM when allocating tensor|Resource exhausted:\s+Out\s+of\s+memory",
     # torch's CPU allocator, and torch7's (`$ Torch: not enough memory: you tried to allocate 0GB. Buy new RAM!`)
-    "oom:cpu": r"DefaultCPUAllocator: can't allocate memory|not enough memory: you tried to allocate",
+    "oom:cpu": r"DefaultCPUAllocator: (?:can't allocate|not enough) memory|not enough memory: you tried to allocate",
     # the host's allocator, printed outside any exception: Rust's alloc error (tokenizers), C++'s, errno 12
     "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
     # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
@@ -132,13 +133,16 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
     "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore"
-    # apex and DeepSpeed halving a scale that every step overflows, down to 2 or below (apex's past 1e-10)
-    r"|reducing (?:loss scale )?to (?:[0-2](?:\.\d+)?(?:e-\d+)?|\d(?:\.\d+)?e-\d{2,})(?:[^\d.]|\.(?:\D|$)|$))",
+    # apex, DeepSpeed and fairseq halving a scale that every step overflows, down to 2 or below (apex's past 1e-10)
+    r"|(?:reducing|setting) (?:loss scale )?to:? (?:[0-2](?:\.\d+)?(?:e-\d+)?|\d(?:\.\d+)?e-\d{2,})(?:[^\d.]|\.(?:\D|$)|$))",
     # a trainer's or engine's own notice that the gradient norm is not finite (a clip that raised, a skipped step's report)
     "nan_loss:grad_norm": r"(?i:grad(?:ient)?[ _]norm\s+(?:is|was|became)\s+(?:not\s+finite|non-?finite|nan|inf)\b"
     r"|non-?finite\s+(?:grad(?:ient)?s?\s+norm|grad(?:ient)?[ _]norm)|for gradients from `parameters` is non-finite"
     r"|(?:nan|inf)\s+(?:found|detected)\s+in\s+(?:the\s+)?(?:local\s+)?grad(?:ient)?s?\b)",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
+    # transformers' refusal of a model its Auto classes do not map, pasted without its ValueError (remote code not trusted,
+    # or a release older than the model)
+    "unknown_model:unmapped": r"Unrecognized configuration class <class '[\w.]+'> for this kind of AutoModel",
     "nccl_error:watchdog": r"Watchdog caught collective operation timeout",
     "nccl_error:error": r"NCCL error in:",
     "nccl_error:aborted": r"NCCL communicator was aborted",
@@ -169,7 +173,9 @@ SIGNATURES: dict[str, str] = {
     # <Signals.SIGSEGV: 11>`, `returned non-zero exit status -9`, `ERROR: error code -9`)
     "crash:status": r"(?:exit|error|return)[ _]?(?:code|status)\s*[:=]?\s*-(?:4|6|7|9|11)\b|<Signals\.SIG(?:ILL|ABRT|BUS|KILL|SEGV): \d+>",
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
-    "crash:segv": r"(?i:segmentation fault)",  # also torch's DataLoader: `Unexpected segmentation fault encountered in worker`
+    # also torch's DataLoader (`Unexpected segmentation fault encountered in worker`), and AddressSanitizer's report of the
+    # same signal (`AddressSanitizer: SEGV on unknown address`, `AddressSanitizer:DEADLYSIGNAL`)
+    "crash:segv": r"(?i:segmentation fault)|AddressSanitizer:\s?(?:SEGV|DEADLYSIGNAL)\b",
     "crash:bus": r"Bus error",
     "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)",  # the shell's notice, also in a Chinese locale
     # glog's failure banner too (`*** SIGSEGV (@0x19) received by PID 11091`, `*** Aborted at 1525421992 (unix time)`)
@@ -185,7 +191,9 @@ SIGNATURES: dict[str, str] = {
     "timeout:scheduler": r"DUE TO TIME LIMIT|Job step aborted: Waiting up to \d+ seconds for job step to finish|DeadlineExceeded",
     # PBS/Torque's and LSF's wall-clock kills (`=>> PBS: job killed: walltime 259217 exceeded limit 259200`, `TERM_RUNLIMIT: job
     # killed after reaching LSF run time limit`)
-    "timeout:batch": r"job killed: walltime \d+ exceeded limit|TERM_RUNLIMIT|reaching LSF run time limit",
+    "timeout:batch": r"job killed: walltime \d+ exceeded limit|TERM_RUNLIMIT|reaching LSF run time limit"
+    # the scheduler's mail (PBS `Job exceeded its walltime limit. Job was aborted`, Moab `job exceeded wallclock limit`)
+    r"|(?i:job exceeded (?:its )?wall[- ]?(?:time|clock) limit)",
     # not an outcome: an engine that failed to start (vLLM's EngineCore); its cause line decides, else it is the engine's failure
     "notice:engine_start": r"EngineCore failed to start|Engine core initialization failed",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
@@ -197,7 +205,8 @@ SIGNATURES: dict[str, str] = {
     r"|,\s+but\s+you\s+have\s+[\w.-]+\s+v?\d|you\s+have\s+(?:version\s+)?v?\d+\.\d+[\w.]*\s+installed"
     r"|requires?\s+[A-Za-z][\w.-]*\s*[<>=!~]=?\s*\d[\w.]*,?\s+(?:but\s+)?got\s+v?\d"
     r"|is\s+installed\s+with\s+version\s+v?\d[\w.]*,?\s+which\s+is\s+(?:less|lower|older)\s+than\s+the\s+minimum"
-    r"|distribution\s+was\s+not\s+found\s+and\s+is\s+required\s+by|\),\s+Requirement\.parse\()",
+    r"|distribution\s+was\s+not\s+found\s+and\s+is\s+required\s+by|\),\s+Requirement\.parse\("
+    r"|==\s*v?\d[\w.]*\s+is\s+(?:used|installed)\s*,?\s+but\s+(?:it\s+is\s+)?incompatible|,?\s+but\s+this\s+version\s+of\s+[\w.-]+\s+requires\s)",
 }
 # Facts a remedy names (the cuBLAS version loaded, the sampling and group settings, the model and attention);
 # the value is the group named VALUE, or the matched text for a fact that is a presence.
@@ -256,7 +265,8 @@ _GEN: dict[str, bytes] = {
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
     rb"|terminate called after throwing an instance of|cannot import name \W{0,3}\w|' object has no attribute '"
-    rb"|[a-z0-9] has no attribute \w|\(\) got an unexpected keyword argument '|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
+    rb"|[a-z0-9] has no attribute \w|' has no attribute '|No module named '"
+    rb"|\(\) got an unexpected keyword argument '|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
     rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?: '|\(\) got multiple values for (?:keyword )?argument '"
     rb"|[Uu]nexpected keyword argument '|"
     + "\\bname [`'\"‘’]\\w+[`'\"‘’] is not defined".encode()

@@ -57,6 +57,20 @@ _RANGES = (
         r"\((?P<pkg>[A-Za-z][\w.-]*) (?P<found>v?\d[\w.+]*) \([^)\n]*\), Requirement\.parse\(['\"][A-Za-z][\w.-]*(?:\[[\w,.-]*\])?"
         r"(?P<spec>[<>=!~]=?[^'\"\s]*)['\"]\)(?:, \{['\"](?P<who>[A-Za-z][\w.-]*)['\"])?"
     ),
+    # a package's own import-time check naming the release it found and the range to install (mmdet: `MMCV==2.2.0 is used
+    # but incompatible. Please install mmcv>=2.0.0rc4, <2.2.0.`)
+    re.compile(
+        r"[A-Za-z][\w.-]*\s*==\s*(?P<found>v?\d[\w.+]*?)\.?\s+is\s+(?:used|installed)\s*,?\s+but\s+(?:it\s+is\s+)?incompatible\b.{0,80}?"
+        r"\binstall\s+(?P<pkg>[A-Za-z][\w.-]*)\s*(?P<spec>[<>=!~]=?\s*\d[\w.*]*(?:\s*,\s*[<>=!~]=?\s*\d[\w.*]*)*)",
+        re.I,
+    ),
+    # a package's check of its companion (jax: `jaxlib is version 0.1.69, but this version of jax requires version 0.1.74.`):
+    # the release it names is the least it takes
+    re.compile(
+        r"(?P<pkg>[A-Za-z][\w.-]*) is (?:at )?version (?P<found>v?\d[\w.+]*?),? but this version of (?P<who>[A-Za-z][\w.-]*) requires "
+        r"(?:at least |a minimum )?(?:version )?(?P<least>v?\d[\w.]*\d)",
+        re.I,
+    ),
     # sglang's own check: `sgl-kernel is installed with version 0.1.0, which is less than the minimum required version 0.1.1`
     re.compile(
         r"(?P<pkg>[A-Za-z][\w.-]*) is installed with version (?P<found>v?\d[\w.+]*?),? which is (?:less|lower|older) than the "
@@ -104,9 +118,10 @@ def read_range(text: str) -> Range | None:
                 needed = f">={groups['min'].rstrip('.')}" if groups.get("min") else f">{groups['found'].rstrip('.')}"  # a source install
                 return Range(package, needed, groups["found"].rstrip("."), "", text.strip()[:400])
             if groups.get("least"):
-                return Range(groups["pkg"], f">={groups['least'].rstrip('.')}", groups["found"].rstrip("."), "", text.strip()[:400])
+                needed = f">={groups['least'].rstrip('.')}"
+                return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])
             if groups.get("spec"):
-                needed = groups["spec"].replace(" ", "")
+                needed = groups["spec"].replace(" ", "").rstrip(".")  # a sentence's full stop
             elif groups.get("lo"):
                 needed = f"{groups['lo'].rstrip('.')} to {groups['hi'].rstrip('.')}"
             elif "," in groups["list"]:

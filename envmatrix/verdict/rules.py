@@ -37,7 +37,7 @@ from functools import cache
 from pathlib import Path
 
 from ..facts import catalog, enginefailures, errorcodes, modules
-from ..facts.nameindex import canonical, import_packages, resolve
+from ..facts.nameindex import canonical, import_packages, index, resolve
 from ..records.outcomes import OUTCOME_NAMES
 from . import boundary
 from .ranges import in_message
@@ -207,6 +207,7 @@ def guarded(raised: Raised) -> tuple[str, str] | None:
     found = resolve(name, caller=own, around=[f.package for f in raised.frames if f.package not in ("", "python")])
     named = [d for d in found.candidates if any(name.startswith(f"{p}_") for p in import_packages(d))]
     dist = found.dist or (named[0] if len(named) == 1 else "")  # `flash_attn_varlen_func`: flash-attn's by its prefix
+    dist = dist or index().packages.get(name, "")  # `name 'deepspeed' is not defined`: a guarded `import deepspeed`
     return (name, dist) if dist and dist != own else None
 
 

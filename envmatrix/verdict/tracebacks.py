@@ -64,7 +64,7 @@ _RICH_TAIL = re.compile(r"(?P<line>\d+) in (?P<func>[\w<>.]{1,200})$")
 #: or nothing. Whether a name is an exception type is decided by `_is_exception`.
 _RAISED = re.compile(
     r"(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Za-z_]\w{0,80})(?:\((?P<inner>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\))?"
-    r"(?::\s?(?P<value>.*)|\((?P<repr>[\"'].*[\"'])\)|\(\)|$)"
+    r"(?::\s?(?P<value>.*)|\((?P<repr>[\"'].*[\"'])\)[`'\".]*\s*|\(\)|$)"  # a repr may close a quote: `Error("…")`
 )
 #: What an exception type's name ends in (`NotFound`, `Conflict`: pkg_resources' `DistributionNotFound`, `VersionConflict`).
 _SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Failed", "Failure", "Fault", "Abort", "Timeout", "NotFound", "Conflict")
@@ -101,12 +101,39 @@ _EMBEDDED_CALL = re.compile(
 
 #: An attribute refusal printed without its type, alone or inside a sentence: a class-like name (a quoted object as users
 #: paste it, `'LLMEngine' object has no attribute 'x'`, or a CamelCase name as transformers' tokenizer prints it,
-#: `Qwen2TokenizerFast has no attribute tokenizer`).
-_EMBEDDED_ATTRIBUTE = re.compile(r"(?<![A-Za-z0-9_.'])(?:'[A-Za-z_]\w{0,200}' object|[A-Z]\w{0,200}[a-z]\w{0,200}) has no attribute '?\w{1,200}'?")
+#: `Qwen2TokenizerFast has no attribute tokenizer`), or a module (ComfyUI's `Cannot import X module for custom nodes: module
+#: 'torch.amp' has no attribute 'custom_fwd'`).
+_EMBEDDED_ATTRIBUTE = re.compile(
+    r"(?<![A-Za-z0-9_.'])(?:'[A-Za-z_]\w{0,200}' object|module '[A-Za-z_][\w.]{0,200}'|[A-Z]\w{0,200}[a-z]\w{0,200}) has no attribute '?\w{1,200}'?"
+)
+
+
+#: Python's ModuleNotFoundError printed without its type, alone or at the end of a sentence (not a warning that goes on:
+#: `No module named 'triton'; using the slow path`).
+_EMBEDDED_MODULE = re.compile(r"(?<![A-Za-z0-9_.])No module named '[A-Za-z_][\w.]{0,200}'(?=[`'\")\].*_\s]*$)")
 
 
 #: Python's NameError printed without its type, in any quotes (`name ‘PeftModel’ is not defined`).
 _EMBEDDED_NAME = re.compile(r"(?<![A-Za-z0-9_.])name [`'‘’\"](?P<name>[A-Za-z_]\w{0,200})[`'‘’\"] is not defined")
+
+
+def _embedded(text: str, in_traceback: bool) -> tuple[str, str, bool] | None:
+    """(type, message, typed) of an exception's message printed inside other text (a wrapper's or a user's sentence,
+    a logger's line) without its type, or None. `typed`: an ImportError whose `ImportError:` stands right before it
+    behind a quote or a label. Attribute, module and name messages are not read inside a traceback (its own lines)."""
+    if "import name" in text and (embedded := _EMBEDDED_IMPORT.search(text)):
+        return "ImportError", _said(embedded), text[: embedded.start()].rstrip().endswith("ImportError:")
+    if ("() " in text or "nexpected keyword" in text) and (keyword := _EMBEDDED_CALL.search(text)):
+        return "TypeError", keyword.group(0), False  # a logger's `Engine loop error: f() got an unexpected keyword …`
+    if in_traceback:
+        return None
+    if "has no attribute" in text and "circular import" not in text and (attribute := _EMBEDDED_ATTRIBUTE.search(text)):
+        return "AttributeError", attribute.group(0), False  # `提示Qwen2TokenizerFast has no attribute tokenizer`
+    if "No module named" in text and (missing := _EMBEDDED_MODULE.search(text)):
+        return "ModuleNotFoundError", missing.group(0), False  # `No module named 'torchao.quantization.prototype'` alone
+    if "is not defined" in text and (undefined := _EMBEDDED_NAME.search(text)):
+        return "NameError", f"name '{undefined.group('name')}' is not defined", False  # Python's words, straight quotes
+    return None
 
 
 def _said(m: re.Match[str]) -> str:
@@ -119,9 +146,10 @@ def _said(m: re.Match[str]) -> str:
 #: `Raises the error `); what follows must name an exception type that says it is one (`…Error:`), so prose with a colon
 #: is not read as one.
 _LABEL = re.compile(
-    r"(?:[A-Za-z][\w .-]{0,30}:\s+|[^\n]{0,200}?\b(?i:error|exception|message)\b(?:\s+(?i:is|was))?\s*[:(]?\s*"
-    r"|[^\n]{0,200}?(?:报错|错误|异常|出错)[了是为]?\s*[:：]?\s*)"  # the same label in Chinese (`设置后报错：`)
-    r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)"
+    r"(?:[A-Za-z][\w .-]{0,60}:\s+|[^\n]{0,200}?\b(?i:error|exception|message)\b(?:\s+(?i:is|was))?\s*[:(]?\s*"
+    r"|[^\n]{0,200}?(?:报错|错误|异常|出错)[了是为]?\s*[:：]?\s*"  # the same label in Chinese (`设置后报错：`)
+    r"|[^\n]{0,200}?\s(?=[`'\"]))"  # any sentence that quotes it (`… errors out with `ModuleNotFoundError: …``)
+    r"[`'\"]?(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|\([\"']))"  # in quotes too, or as a repr: `Error("…")`
 )
 #: Python's own exception types, by their lower-cased names (a log pasted lower-cased keeps them recognisable).
 _BUILTIN_TYPES = {n.lower(): n for n in dir(builtins) if n.endswith(("Error", "Exception"))}
@@ -131,6 +159,8 @@ _ACTOR = re.compile(r"^\[(?:address|actor|pid|node|worker)=[^\]\n]{0,200}\]\s*")
 #: A line of code (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))`): what a frame's source
 #: line looks like when an excerpt kept it without its `File` line.
 _CODE = re.compile(r"^[\w.\[\]]+\s*(?:=|\()|^(?:return|yield|await)\s+\w")
+#: An import statement (`from torch._six import container_abcs`).
+_IMPORT_STATEMENT = re.compile(r"^from\s+[A-Za-z_][\w.]*\s+import\s+\(?\s*\w")
 #: A progress bar (tqdm's): drawn between lines, never part of a message.
 PROGRESS = re.compile(r"^\d{1,3}%\||\d(?:it/s|s/it)[\],]")
 #: A C++ exception that ended the process (`terminate called after throwing an instance of 'c10::DistBackendError'`), its
@@ -388,10 +418,13 @@ class Reader:
         if text.islower() and "error:" in text:  # a log pasted lower-cased: `valueerror: bfloat16 is only supported …`
             text = _LOWER_TYPE.sub(lambda t: _BUILTIN_TYPES[t.group(1)] + ":", text)
         m = _RAISED.fullmatch(text)
-        if m is None and (label := _LABEL.match(text)):  # `error info: ModuleNotFoundError: …`: a user's label before it
-            text, m = text[label.end() :], _RAISED.fullmatch(text[label.end() :])
-        if m and _is_exception(m.group("type"), m.group("inner"), st.in_traceback and bool(st.frames)):
+        after = st.in_traceback and bool(st.frames)
+        if (m is None or not _is_exception(m.group("type"), m.group("inner"), after)) and (label := _LABEL.match(text)):
+            text, m = text[label.end() :], _RAISED.fullmatch(text[label.end() :])  # `error: AttributeError: …`: a user's label
+        if m and _is_exception(m.group("type"), m.group("inner"), after):
             self._raise(st, m, text, line_no, logical.stream, logical.logged)
+            if "Failed to import" in text:
+                self._lazy_cause(st, line_no, logical.stream)
             return True
         if st.after_frame:
             st.after_frame, st.source = False, text  # the source line printed under a frame
@@ -401,15 +434,8 @@ class Reader:
             return True
         bare = "ImportError" if text.startswith("cannot import name") and _BARE_IMPORT.match(text) else ""
         typed = False
-        if not bare and "import name" in text and (embedded := _EMBEDDED_IMPORT.search(text)):
-            typed = text[: embedded.start()].rstrip().endswith("ImportError:")  # `ImportError: …` behind a quote or a label
-            bare, text = "ImportError", _said(embedded)  # inside a wrapper's or a user's sentence: the message alone
-        elif not bare and ("() " in text or "nexpected keyword" in text) and (keyword := _EMBEDDED_CALL.search(text)):
-            bare, text = "TypeError", keyword.group(0)  # a logger's `Engine loop error: f() got an unexpected keyword …`
-        elif not bare and not st.in_traceback and "has no attribute" in text and (attribute := _EMBEDDED_ATTRIBUTE.search(text)):
-            bare, text = "AttributeError", attribute.group(0)  # `提示Qwen2TokenizerFast has no attribute tokenizer`
-        elif not bare and not st.in_traceback and "is not defined" in text and (undefined := _EMBEDDED_NAME.search(text)):
-            bare, text = "NameError", f"name '{undefined.group('name')}' is not defined"  # Python's words, straight quotes
+        if not bare and (embedded := _embedded(text, st.in_traceback)):
+            typed, (bare, text) = embedded[0] == "ImportError" and embedded[2], embedded[:2]
         inner = not bare and _INNER_ATTRIBUTE.match(text) is not None
         # the wrapper's message right above (its lines included: wrappers nest, `Failed to import A …` / `Failed to import
         # B …`): the innermost names the module whose import failed. Read only for a line that may be its inner error.
@@ -445,10 +471,24 @@ class Reader:
         st.value_lines = 0
         return True
 
+    def _lazy_cause(self, st: _Stream, line_no: int, stream: str) -> None:
+        """The cause a lazy-import wrapper prints on its own line (`RuntimeError: Failed to import transformers.trainer
+        because of the following error (look up to see its traceback): cannot import name 'amp' from 'apex'`): read as
+        that exception, imported by the module the wrapper names (on the next line it is read as any inner message)."""
+        raised = st.last
+        lazy = LAZY.search(raised.value) if raised is not None else None
+        if raised is None or lazy is None:
+            return
+        cause = raised.value[lazy.end() :].split("\n", 1)[0]
+        if (found := _embedded(cause, in_traceback=False)) is not None:
+            kind, text, _ = found
+            self._emit(st, Raised(kind, text[:MAX_VALUE], (), line_no, text[:400], stream, bare=True, importer=lazy.group("module")))
+
     def code_above(self, logical: Logical, line_no: int) -> None:
         """A line that looks like code and was read as nothing else: the source line of an exception printed right under
-        it without its frame (an excerpt that kept two lines)."""
-        if logical.indent >= 2 and "(" in logical.text and _CODE.match(logical.text):
+        it without its frame (an excerpt that kept two lines; an import statement at any indent: `from torch._six import
+        container_abcs` over the ImportError that names no `from`)."""
+        if (logical.indent >= 2 and "(" in logical.text and _CODE.match(logical.text)) or _IMPORT_STATEMENT.match(logical.text):
             self.streams.setdefault(logical.stream, _Stream()).code = (logical.text, line_no)
 
     def _wrapped(self, logical: Logical, line_no: int) -> str | None:
