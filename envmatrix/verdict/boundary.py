@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..facts.modules import known_import
+from ..facts.modules import KNOWN_IMPORTS, known_import
 from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, requires, resolve, users
 from .ranges import in_message
 from .stated import Stated, dist_of
@@ -45,6 +45,12 @@ _IMPORT = re.compile(r"cannot import name ['‘’]?(?P<member>\w+)['‘’]?(?:
 #: The import statement a frame's source line shows (`from pytorch_transformers.modeling import (CONFIG_NAME,`).
 _FROM = re.compile(r"\s*from\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s+import\b")
 _SUBMODULE = re.compile(r"^No module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
+#: A package's own refusal of a name it removed (`` `np.float_` was removed in the NumPy 2.0 release``, `'HookedTransformer'
+#: was removed in TransformerLens 4.0`): the name, and the package as its release notes spell it.
+_REMOVED = re.compile(
+    r"[`'‘’]?(?P<name>[A-Za-z_][\w.]*)[`'‘’]? (?:was|were|has been|have been|is) removed (?:in|since|as of|from) (?:the )?"
+    r"(?P<pkg>[A-Za-z][\w-]*) v?\d"
+)
 #: Functions that answer for another: an attribute one refuses was asked for by the frame that called it.
 _ACCESSORS = frozenset({"__getattr__", "__getattribute__", "_getattr", "getattr"})
 #: A library's generic wrapper: a decorator's inner function (`deprecation.wrapped_func`, `functools.wraps` wrappers,
@@ -175,6 +181,8 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
         if m.group("mod"):
             return "attribute", m.group("mod"), m.group("member"), m.group("mod")
         return "attribute", m.group("cls") or m.group("type") or m.group("bare"), m.group("member"), ""
+    if {"AttributeError", "ImportError"} & set(types) and (m := _REMOVED.search(text)) and (module := _import_of(m.group("pkg"))):
+        return "attribute", module, m.group("name").rsplit(".", 1)[-1], module
     if {"ImportError", "ModuleNotFoundError"} & set(types):
         if (m := _IMPORT.search(text)) and m.group("mod"):
             return "import_name", m.group("mod"), m.group("member"), m.group("mod")
@@ -186,6 +194,13 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
         if (m := _SUBMODULE.search(text)) and _known(m.group("mod")):
             return "submodule", m.group("mod").split(".")[0], m.group("mod"), m.group("mod")
     return None
+
+
+def _import_of(spelled: str) -> str:
+    """The import name of a known package as its own messages spell it (`NumPy` → numpy, `TransformerLens` →
+    transformer_lens), '' for none."""
+    key = re.sub(r"[-_]", "", spelled).lower()
+    return next((name for name in sorted({*index().packages, *KNOWN_IMPORTS}) if name.replace("_", "").lower() == key), "")
 
 
 def _known(module: str) -> bool:

@@ -279,12 +279,30 @@ def frame_of(path: str, line: int | None, function: str) -> Frame:
             return Frame(path, line, function, "python", _module(parts[-1:]))
         for i in range(len(parts) - 2, -1, -1):
             if stack_package(parts[i]) and parts[i + 1] not in _CHECKOUT_SCRIPTS:
-                package, module_parts = parts[i], parts[i:]
+                at = _outermost(parts, i)
+                package, module_parts = parts[at], parts[at:]
                 break
     if not package:
         return Frame(path, line, function, "", "")
     top = package.removesuffix(".py")
     return Frame(path, line, function, distribution(top), _module(module_parts))
+
+
+#: A folder that can be a Python package's (lower case, no dash: a checkout's own folder, `LLaMA-Factory`, is none).
+_PACKAGE_DIR = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def _outermost(parts: list[str], at: int) -> int:
+    """The stack package a checkout's folder at `at` is a subpackage of (`/Verl/verl/verl/models/transformers/x.py` is
+    verl's `verl.models.transformers`, not transformers): the outermost stack package reached through package-like
+    folders; `at` itself where there is none."""
+    found = at
+    for j in range(at - 1, -1, -1):
+        if not _PACKAGE_DIR.fullmatch(parts[j]) or parts[j] == "src":
+            break
+        if stack_package(parts[j]):
+            found = j
+    return found
 
 
 def _module(parts: list[str]) -> str:

@@ -162,3 +162,18 @@ def test_a_library_asking_its_own_class_in_its_own_frames_is_its_own_failure() -
     )
     assert verdict(log) != "api_mismatch"
     assert boundary(log).callee == "ray"
+
+
+def test_a_removed_name_belongs_to_the_package_its_message_spells() -> None:
+    log = "AttributeError: `np.int` was removed in the NumPy 1.24 release. Use `int` instead.\n"
+    assert verdict(log) == "api_mismatch"
+    assert (boundary(log).callee, boundary(log).member) == ("numpy", "int")
+
+
+def test_a_stack_package_inside_another_packages_checkout_is_its_subpackage() -> None:
+    def caller(path: str) -> str:
+        log = f'Traceback (most recent call last):\n  File "{path}", line 9, in patch\n    from trl import create_reference_model\n'
+        return boundary(log + "ImportError: cannot import name 'create_reference_model' from 'trl'\n").caller
+
+    assert caller("/home/team/OpenRLHF/openrlhf/models/transformers/patch.py") == "openrlhf"
+    assert caller("/workspace/transformers/src/transformers/integrations/patch.py") == "transformers"  # a checkout's `src/`
