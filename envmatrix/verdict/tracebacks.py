@@ -300,7 +300,7 @@ def _outermost(parts: list[str], at: int) -> int:
     for j in range(at - 1, -1, -1):
         if not _PACKAGE_DIR.fullmatch(parts[j]) or parts[j] == "src":
             break
-        if stack_package(parts[j]):
+        if stack_package(parts[j]) and parts[j] != parts[found]:  # `/workspace/verl/verl/…`: the checkout holds verl
             found = j
     return found
 
