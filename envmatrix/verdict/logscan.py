@@ -72,6 +72,9 @@ SIGNATURES: dict[str, str] = {
     "import_abi:cxxabi": r"CXXABI_[0-9.]+['’`]?\s+not found",
     # xFormers' own notice that its compiled part does not load (built for another torch, CUDA or Python)
     "import_abi:xformers": r"xFormers can't load C\+\+/CUDA extensions",
+    # an extension built against another NumPy's C API (NumPy 2's own notice, wrapped as it prints it; the older ABI checks)
+    "import_abi:numpy": r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2|numpy\.dtype size changed, may indicate binary incompatibility"
+    r"|module compiled against (?:ABI|API) version 0x[0-9a-f]+ but this version of numpy is 0x[0-9a-f]+|_ARRAY_API not found",
     "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
     # an architecture the installed transformers does not know: the probe's wording, then transformers' own
     "unknown_model:probe": r"model_type '[\w.-]+' \([^)]*\) is not known to transformers [\w.]+",

@@ -131,7 +131,12 @@ def test_a_package_checking_its_companion_is_the_caller_of_that_range() -> None:
             "Unrecognized configuration class <class 'transformers_modules.m.configuration_m.MConfig'> for this kind of AutoModel: AutoModelForCausalLM.\n",
             "unknown_model",
         ),
-        ("NameError: name 'deepspeed' is not defined\n", "missing_module"),  # a guarded `import deepspeed` that did not run
+        ("NameError: name 'deepspeed' is not defined\n", "missing_module"),
+        ("A module that was compiled using NumPy 1.x cannot be run in\nNumPy 2.1.3 as it may crash.\n", "import_abi"),
+        (
+            "ValueError: numpy.dtype size changed, may indicate binary incompatibility. Expected 96 from C header, got 88 from PyObject\n",
+            "import_abi",
+        ),  # a guarded `import deepspeed` that did not run
         ("TypeError: Descriptors cannot be created directly.\nIf this call came from a _pb2.py file, your generated code is out of date\n", "api_mismatch"),
     ],
 )
