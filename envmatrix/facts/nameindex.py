@@ -7,9 +7,10 @@ accelerate; `cannot import name 'EncoderDecoderCache' from 'transformers'`: tran
 define is resolved, in this order, by the environment's own freeze (in a matrix cell only what is installed can have
 raised), by the caller's own imports (trl imports `Trainer` from transformers), by what the caller always requires (trl
 requires transformers, not vllm, which defines a `Qwen2ForCausalLM` too), by the distributions whose frames are in the
-traceback, by the one distribution that exports it from its top-level package (trl's `GRPOTrainer`; ms-swift's is a
-subclass deep in its tree), by the one every other candidate requires when none of theirs has a frame (frameworks name
-their classes after the library they build on); otherwise it is named ambiguous, never guessed.
+traceback (the asker itself where no other candidate's are: ray's `Worker` in ray's frames), by the one distribution
+that exports it from its top-level package (trl's `GRPOTrainer`; ms-swift's is a subclass deep in its tree), by the
+one every other candidate requires when none of theirs has a frame (frameworks name their classes after the library
+they build on); otherwise it is named ambiguous, never guessed.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ each module's top-level classes and functions, its CamelCase assignments (aliase
 import packages each distribution installs; and, for a name two distributions define, which one each distribution's
 own modules import it from (`from transformers import Trainer` in trl: trl's `Trainer` is transformers'). Several
 releases of a package are joined, so a name a newer release removed (transformers' `HybridCache`) is still known.
+And what each distribution's code takes from the others (`uses`: peft imports `HybridCache` from transformers).
 
     python -m envmatrix.facts.nameindex_build --download DIR      # pip download SOURCES into DIR, then build
     python -m envmatrix.facts.nameindex_build --wheels DIR ...    # build from archives already there
