@@ -72,6 +72,8 @@ SIGNATURES: dict[str, str] = {
     "import_abi:cxxabi": r"CXXABI_[0-9.]+['’`]?\s+not found",
     # xFormers' own notice that its compiled part does not load (built for another torch, CUDA or Python)
     "import_abi:xformers": r"xFormers can't load C\+\+/CUDA extensions",
+    # a companion built for another torch (torchvision's own check of its CUDA build; its operators missing from this torch)
+    "import_abi:companion": r"compiled with different CUDA (?:major )?versions|operator torchvision::\w+ does not exist",
     # an extension built against another NumPy's C API (NumPy 2's own notice, wrapped as it prints it; the older ABI checks)
     "import_abi:numpy": r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2|numpy\.dtype size changed, may indicate binary incompatibility"
     r"|module compiled against (?:ABI|API) version 0x[0-9a-f]+ but this version of numpy is 0x[0-9a-f]+|_ARRAY_API not found",
@@ -273,7 +275,7 @@ _STRUCT = (
     rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?: '|\(\) got multiple values for (?:keyword )?argument '"
     rb"|[Uu]nexpected keyword argument '|"
     + "\\bname [`'\"‘’]\\w+[`'\"‘’] is not defined".encode()
-    + rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault|NotFound|Conflict)(?:\([\w.]+\))?"
+    + rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault|NotFound|Conflict|OfResources)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|:[A-Z]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"  # `ValueError:Network …` too
     rb"|File [~A-Za-z:]*[/\\][^\s,\"]*\.py:\d|Cell In ?\[\d*\], line \d"
     rb"|\b(?:type|value|runtime|attribute|import|key|index|name|assertion|modulenotfound|notimplemented|os)error: "  # lower-cased

@@ -66,8 +66,9 @@ _RAISED = re.compile(
     r"(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Za-z_]\w{0,80})(?:\((?P<inner>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\))?"
     r"(?::\s?(?P<value>.*)|\((?P<repr>[\"'].*[\"'])\)[`'\".]*\s*|\(\)|$)"  # a repr may close a quote: `Error("…")`
 )
-#: What an exception type's name ends in (`NotFound`, `Conflict`: pkg_resources' `DistributionNotFound`, `VersionConflict`).
-_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Failed", "Failure", "Fault", "Abort", "Timeout", "NotFound", "Conflict")
+#: What an exception type's name ends in (`NotFound`, `Conflict`: pkg_resources' `DistributionNotFound`, `VersionConflict`;
+#: triton's `OutOfResources`).
+_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Failed", "Failure", "Fault", "Abort", "Timeout", "NotFound", "Conflict", "OutOfResources")
 _TRACEBACK = "Traceback (most recent call last)"
 _CAUSE = ("The above exception was the direct cause of the following exception", "During handling of the above exception, another exception occurred")
 _IGNORED = "Exception ignored in"

@@ -133,6 +133,10 @@ def test_a_package_checking_its_companion_is_the_caller_of_that_range() -> None:
         ),
         ("NameError: name 'deepspeed' is not defined\n", "missing_module"),
         ("A module that was compiled using NumPy 1.x cannot be run in\nNumPy 2.1.3 as it may crash.\n", "import_abi"),
+        ("RuntimeError: Detected that PyTorch and torchvision were compiled with different CUDA major versions.\n", "import_abi"),
+        ("RuntimeError: operator torchvision::roi_align does not exist\n", "import_abi"),
+        ("ValueError: Model architectures ['Gemma3ForCausalLM'] are not supported for now. Supported architectures: ['TuringLM']\n", "unknown_model"),
+        ("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 147456, Hardware limit: 101376.\n", "unsupported_gpu"),
         (
             "ValueError: numpy.dtype size changed, may indicate binary incompatibility. Expected 96 from C header, got 88 from PyObject\n",
             "import_abi",
