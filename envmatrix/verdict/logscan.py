@@ -123,7 +123,9 @@ SIGNATURES: dict[str, str] = {
     "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
     # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
     "oom:killer": r"oom-kill event|(?i:out of memory: kill(?:ed)? process|killed by (?:the )?oom[- ]?killer)|invoked oom-killer|OOMKilled|running low on memory"
-    r"|\b[1-9]\d*\s+Workers?\s+\([^)\n]{0,40}\)\s+killed\s+due\s+to\s+memory\s+pressure",  # the raylet's count (0 is no OOM)
+    r"|\b[1-9]\d*\s+Workers?\s+\([^)\n]{0,40}\)\s+killed\s+due\s+to\s+memory\s+pressure"  # the raylet's count (0 is no OOM)
+    # Slurm's own words for the kernel's OOM kill of a step (`Detected 1 oom_kill event`, `srun: error: n1: task 3: Out Of Memory`)
+    r"|\boom_kill event|\btask \d+: Out Of Memory\b",
     # NCCL's own allocation failing, and an engine refusing to start on the free memory it found (vLLM)
     "oom:nccl": r"NCCL WARN Cuda failure '?out of memory",
     "oom:free_memory": r"Free memory on device[^\n]*(?:less than|lower than|not enough)",
@@ -168,9 +170,9 @@ SIGNATURES: dict[str, str] = {
     r"[^\n]*(?i:failed|error|closed|refused|timed? ?out|abort|unreachable|not supported)",
     # NCCL's InfiniBand transport reporting a failed work completion (`NET/IB : Got completion from peer … with status=12`)
     "nccl_error:ib_completion": r"Got completion from peer \S+ with (?:status=|error )[1-9]",
-    # ProcessGroupNCCL's error and fatal log records (`[E429 13:55:49.38 ProcessGroupNCCL.cpp:1743]`; its warnings are `W`):
-    # it logs at those levels only on the way to an abort, whatever the wrapped message after them says
-    "nccl_error:pg_log": r"\[[EF](?:\d{3,4}\s+[\d:.]+)?\s+ProcessGroupNCCL\.cpp:\d+\]",
+    # ProcessGroupNCCL's (and Gloo's) error and fatal log records (`[E429 13:55:49.38 ProcessGroupNCCL.cpp:1743]`; its
+    # warnings are `W`): it logs at those levels only on the way to an abort, whatever the wrapped message after them says
+    "nccl_error:pg_log": r"\[[EF](?:\d{3,4}\s+[\d:.]+)?\s+ProcessGroup(?:NCCL|Gloo)\.cpp:\d+\]",
     # NCCL's trace of an error code returned up its call chain (`NCCL INFO proxy.cc:1306 -> 3`): a non-zero code, in any wrapper
     "nccl_error:retcode": r"NCCL INFO\s+[\w/.-]+\.(?:cc|cu|h):\d+\s+->\s+[1-9]\d*[ \t]*(?:\r?\n|$)",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",

@@ -124,6 +124,13 @@ def test_a_package_checking_its_companion_is_the_caller_of_that_range() -> None:
         ("PBS Job Id: 1.sched\nAborted by PBS Server\nJob exceeded its walltime limit. Job was aborted\n", "timeout"),
         ("job deleted\nMOAB_INFO:  job exceeded wallclock limit\n", "timeout"),
         ("DefaultCPUAllocator: not enough memory\n", "oom"),
+        ("slurmstepd: error: Detected 2 oom_kill events in StepId=77.0. Some of the step tasks have been OOM Killed.\n", "oom"),
+        ("srun: error: gpu-7: task 1: Out Of Memory\n", "oom"),
+        ("RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.1.1.2]:3000\n", "nccl_error"),
+        (
+            "[E ProcessGroupGloo.cpp:144] Rank 2 successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank 0.\n",
+            "nccl_error",
+        ),
         ("E local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out \nof memory while trying to allocate 512 bytes.\n", "oom"),
         ("==1==ERROR: AddressSanitizer: SEGV on unknown address 0x000000000010 (pc 0x1 bp 0x2 sp 0x3 T0)\n", "crash"),
         ("".join(f"| WARNING: overflow detected, setting loss scale to: {0.5**k}\n" for k in range(1, 14)), "nan_loss"),
