@@ -522,6 +522,8 @@ def classify(facts: RunFacts) -> Verdict:
             fired.insert(0, (Outcome(weak.outcome), evidence.quote(weak)))
         elif (start := facts.scan.hits.get("notice:engine_start")) is not None:  # an engine that did not start, its cause unnamed
             fired.insert(0, (Outcome.ENGINE_ERROR, start.quote()))
+    if not fired and (said := facts.scan.hits.get("notice:said_garbled")) is not None:  # told in words, nothing else failed
+        fired.append((Outcome.GARBLED_OUTPUT, f"{said.quote()} (the log's own words: no garbled text is printed long enough to measure)"))
     if not fired:
         trained = _ok_evidence(facts)
         if trained is None:

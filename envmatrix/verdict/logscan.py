@@ -203,6 +203,11 @@ SIGNATURES: dict[str, str] = {
     r"|(?i:job exceeded (?:its )?wall[- ]?(?:time|clock) limit)",
     # not an outcome: an engine that failed to start (vLLM's EngineCore); its cause line decides, else it is the engine's failure
     "notice:engine_start": r"EngineCore failed to start|Engine core initialization failed",
+    # not an outcome: the user's own words that the model's output is garbled (a reply too short to measure, or told only in
+    # prose: `the response is gibberish`, `（乱码循环）`); decides only where nothing else does
+    "notice:said_garbled": r"(?i:\bgibberish\b|\bgarbled (?:output|text|tokens?|characters?|responses?|replies|answers?|generations?)\b"
+    r"|(?:output|text|responses?|replies|answers?|generations?|completions?) (?:is|are|was|were|becomes?|became) (?:garbled|gibberish|garbage)\b"
+    r"|\bgarbage (?:output|text|tokens?|characters?)\b|乱码|胡言乱语)",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",

@@ -193,3 +193,11 @@ def test_a_stack_package_inside_another_packages_checkout_is_its_subpackage() ->
 
     assert caller("/home/team/OpenRLHF/openrlhf/models/transformers/patch.py") == "openrlhf"
     assert caller("/workspace/transformers/src/transformers/integrations/patch.py") == "transformers"  # a checkout's `src/`
+
+
+def test_garbled_output_told_only_in_words_decides_where_nothing_else_does() -> None:
+    assert verdict("After upgrading vllm the model's answers are gibberish.\nChat response: 的背后 మ xin\n") == "garbled_output"
+    assert verdict("模型输出乱码\n") == "garbled_output"
+    said = "The replies were gibberish, then:\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert verdict(said) == "oom"  # a failure the log prints decides
+    assert verdict("My terminal renders the log garbled.\n") == "inconclusive"  # the words are about the model's output
