@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..facts.modules import KNOWN_IMPORTS, known_import
+from ..facts.modules import KNOWN_IMPORTS, SPELLINGS, known_import
 from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, requires, resolve, users
 from .ranges import in_message
 from .stated import Stated, dist_of
@@ -198,9 +198,13 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
 
 def _import_of(spelled: str) -> str:
     """The import name of a known package as its own messages spell it (`NumPy` → numpy, `TransformerLens` →
-    transformer_lens), '' for none."""
+    transformer_lens, `PyTorch` → torch), '' for none."""
+    if dist := SPELLINGS.get(canonical(spelled)):
+        own = dist.replace("-", "_")  # torch installs functorch too: its own name first
+        return own if own in import_packages(dist) else next(iter(import_packages(dist)), own)
     key = re.sub(r"[-_]", "", spelled).lower()
-    return next((name for name in sorted({*index().packages, *KNOWN_IMPORTS}) if name.replace("_", "").lower() == key), "")
+    names = sorted(n for n in {*index().packages, *KNOWN_IMPORTS} if n.islower())  # import names, not `PyTorch` as prose writes it
+    return next((name for name in names if name.replace("_", "") == key), "")
 
 
 def _known(module: str) -> bool:

@@ -184,6 +184,8 @@ def test_a_removed_name_belongs_to_the_package_its_message_spells() -> None:
     log = "AttributeError: `np.int` was removed in the NumPy 1.24 release. Use `int` instead.\n"
     assert verdict(log) == "api_mismatch"
     assert (boundary(log).callee, boundary(log).member) == ("numpy", "int")
+    prose = "AttributeError: `torch.library.impl_abstract` was removed in PyTorch 2.9.\n"  # as prose spells it
+    assert (boundary(prose).callee, boundary(prose).member) == ("torch", "impl_abstract")
 
 
 def test_a_stack_package_inside_another_packages_checkout_is_its_subpackage() -> None:
