@@ -63,6 +63,7 @@ SIGNATURES: dict[str, str] = {
     "sigfpe:ucx": r"Caught signal 8\b",
     "sigfpe:elastic": r"Signal 8 \(SIGFPE\)",
     "sigfpe:torchrun": r"exitcode\s*:\s*-8\b",
+    "sigfpe:interrupted": r"interrupted by signal 8: SIGFPE",
     "sigfpe:status": r"(?:exit|error|return)[ _]?(?:code|status)\s*[:=]?\s*-8\b|<Signals\.SIGFPE: 8>",
     "sigfpe:shell": r"(?i:floating point exception)",  # bash's, and zsh's lower-case one
     "sigfpe:name": r"SIGFPE\b",
@@ -120,6 +121,8 @@ SIGNATURES: dict[str, str] = {
     # torch's CPU allocator, and torch7's (`$ Torch: not enough memory: you tried to allocate 0GB. Buy new RAM!`)
     "oom:cpu": r"DefaultCPUAllocator: (?:can't allocate|not enough) memory|not enough memory: you tried to allocate",
     # the host's allocator, printed outside any exception: Rust's alloc error (tokenizers), C++'s, errno 12
+    # DataLoader workers out of shared memory (/dev/shm), in torch's and Paddle's words
+    "oom:shm": r"(?i:insufficient shared memory \(shm\))",
     "oom:host": r"memory allocation of \d+ bytes failed|std::bad_alloc|\[Errno 12\] Cannot allocate memory",
     # the kernel's, Slurm's, Kubernetes' and Ray's OOM killers
     "oom:killer": r"oom-kill event|(?i:out of memory: kill(?:ed)? process|killed by (?:the )?oom[- ]?killer)|invoked oom-killer|OOMKilled|running low on memory"
@@ -184,7 +187,10 @@ SIGNATURES: dict[str, str] = {
     # same signal (`AddressSanitizer: SEGV on unknown address`, `AddressSanitizer:DEADLYSIGNAL`)
     "crash:segv": r"(?i:segmentation fault)|AddressSanitizer:\s?(?:SEGV|DEADLYSIGNAL)\b",
     "crash:bus": r"Bus error",
-    "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)",  # the shell's notice, also in a Chinese locale
+    # the shell's notice (also in a Chinese locale, or lower-cased alone on its line)
+    "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)|^[ \t]*killed[ \t]*$",
+    # an IDE's report of the signal that ended the run (PyCharm: `Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)`)
+    "crash:interrupted": r"interrupted by signal (?:4|6|7|9|11): SIG(?:ILL|ABRT|BUS|KILL|SEGV)",
     # glog's failure banner too (`*** SIGSEGV (@0x19) received by PID 11091`, `*** Aborted at 1525421992 (unix time)`)
     "crash:core": r"(?:Aborted|Illegal instruction)[ \t]+\(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT)(?: \([^)\n]{0,40}\))? received"
     r"|\*\*\* Aborted at \d+ \(unix time\)",

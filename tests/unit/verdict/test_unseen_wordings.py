@@ -126,6 +126,11 @@ def test_a_package_checking_its_companion_is_the_caller_of_that_range() -> None:
         ("DefaultCPUAllocator: not enough memory\n", "oom"),
         ("slurmstepd: error: Detected 2 oom_kill events in StepId=77.0. Some of the step tasks have been OOM Killed.\n", "oom"),
         ("srun: error: gpu-7: task 1: Out Of Memory\n", "oom"),
+        ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n", "oom"),
+        ("Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)\n", "crash"),
+        ("Process finished with exit code 136 (interrupted by signal 8: SIGFPE)\n", "sigfpe"),
+        ("Loading checkpoint shards:   0%|          | 0/4 [00:00<?, ?it/s]\nkilled\n", "crash"),
+        ("RuntimeError: Direct module loading failed for UnslothDPOTrainer: invalid syntax (UnslothDPOTrainer.py, line 88)\n", "api_mismatch"),
         ("RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.1.1.2]:3000\n", "nccl_error"),
         (
             "[E ProcessGroupGloo.cpp:144] Rank 2 successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank 0.\n",
