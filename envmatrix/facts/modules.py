@@ -84,6 +84,7 @@ LIBRARIES: frozenset[str] = frozenset(
         "pytorch_pretrained_bert", "pytorch_transformers", "transformer_lens", "fairseq", "torch_geometric", "dgl",
         "outlines", "xgrammar", "lm_eval", "mlflow", "hydra", "omegaconf", "langchain", "llama_index", "whisper", "torch_xla",
         "keras_nlp", "tensorflow_hub", "tensorflow_addons", "paddle", "oneflow", "mindspore", "qwen_vl_utils", "decord",
+        "jinja2", "markupsafe",
     }
 )  # fmt: skip
 
