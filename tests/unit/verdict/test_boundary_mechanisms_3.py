@@ -6,22 +6,11 @@ model's remote code, and an exception line with no trace of its caller."""
 from __future__ import annotations
 
 import pytest
+from verdicts import last_boundary, verdict
 
-from envmatrix.verdict.boundary import Boundary, of, project_of
-from envmatrix.verdict.classify import RunFacts, classify
-from envmatrix.verdict.logscan import scan_text
+from envmatrix.verdict.boundary import project_of
 
 SITE = "/opt/conda/lib/python3.10/site-packages"
-
-
-def verdict(log: str) -> str:
-    return classify(RunFacts(scan=scan_text(log.encode()))).outcome.value
-
-
-def last_boundary(log: str) -> Boundary:
-    found = [b for j in scan_text(log.encode()).judged if (b := of(j.raised)) is not None]
-    assert found
-    return found[-1]
 
 
 LAZY = f"""  File "{SITE}/transformers/utils/import_utils.py", line 1284, in _get_module

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
+from verdicts import sides
+
 from envmatrix.verdict.classify import RunFacts, classify
-from envmatrix.verdict.evidence import facts, strong
+from envmatrix.verdict.evidence import facts
 from envmatrix.verdict.logscan import STATED_HITS, scan_text
-from envmatrix.verdict.remedies import of_scan
 
 SITE = "/opt/conda/lib/python3.10/site-packages"
 IMPORT_FAILED = f"ImportError: cannot import name 'is_npu_available' from 'accelerate.utils' ({SITE}/accelerate/utils/__init__.py)\n"
@@ -19,15 +20,6 @@ SHARD = "ImportError: cannot import name 'shard_checkpoint' from 'transformers.m
 def stated(log: str, *, named: bool = False) -> list[tuple[str, str]]:
     """What the log states, in order; a package only named in the prose where `named`."""
     return [(s.dist, s.how) for s in scan_text(log.encode()).stated if named or s.how != "named"]
-
-
-def sides(log: str) -> tuple[str, str, str]:
-    scan = scan_text(log.encode())
-    judged = strong(scan, "api_mismatch")
-    assert judged is not None, log
-    b = of_scan(scan, judged, {})
-    assert b is not None
-    return b.who, b.callee_who, b.caller_reason
 
 
 def test_versions_are_read_in_the_shapes_users_list_them() -> None:

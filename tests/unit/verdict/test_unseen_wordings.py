@@ -9,35 +9,15 @@ from __future__ import annotations
 import ast
 
 import pytest
+from verdicts import last_boundary as boundary
+from verdicts import sides, verdict
 
 from envmatrix.facts import nameindex
 from envmatrix.facts.nameindex_build import read_uses
-from envmatrix.verdict.boundary import Boundary, of
 from envmatrix.verdict.classify import RunFacts, classify
-from envmatrix.verdict.evidence import strong
 from envmatrix.verdict.logscan import scan_text
-from envmatrix.verdict.remedies import of_scan
 
 SITE = "/opt/conda/lib/python3.10/site-packages"
-
-
-def verdict(log: str) -> str:
-    return classify(RunFacts(scan=scan_text(log.encode()))).outcome.value
-
-
-def boundary(log: str) -> Boundary:
-    found = [b for j in scan_text(log.encode()).judged if (b := of(j.raised)) is not None]
-    assert found, log
-    return found[-1]
-
-
-def sides(log: str) -> tuple[str, str, str]:
-    scan = scan_text(log.encode())
-    judged = strong(scan, "api_mismatch")
-    assert judged is not None, log
-    crossed = of_scan(scan, judged, {})
-    assert crossed is not None
-    return crossed.who, crossed.callee_who, crossed.caller_reason
 
 
 # who of the stated packages imports the name
