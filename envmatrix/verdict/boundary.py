@@ -306,9 +306,16 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
                 resolved = subclass or resolved
         elif _owner(name) not in _CONSTRUCTORS:
             resolved = Resolved("", f"{name} names no class or function")
+        if not resolved.dist and member and kind in ("attribute", "keyword"):
+            seen = {*near, *(s.dist for s in stated), *installed}
+            resolved = _by_member(kind, member, resolved, seen, asker=asker, installed=installed, around=near) or resolved
     callee = resolved.dist
     printed = bool(raised.frames) or raised.headless
     caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer, printed=printed)
+    if callee and caller == callee and resolved.reason.endswith(_BY_MEMBER):  # the library's own member of a class it was handed
+        resolved = Resolved("", f"{member} is {callee}'s own member, asked by {callee} of a class in no index", resolved.candidates)
+        callee = ""
+        caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer, printed=printed)
     if not callee and caller not in ("", "user") and _calls_back(kind, name, module, resolved):
         # a library calls back into a class or function no indexed release defines: the model, object or patched function
         # the user handed it
@@ -317,7 +324,12 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
     if (
         not frames
         and caller in ("", "user")
-        and (told := _checkout(raised, callee) or _user_of(kind, module, member, callee, stated) or _stated_caller(callee, member, stated))
+        and (
+            told := _checkout(raised, callee)
+            or _user_of(kind, module, member, callee, stated)
+            or _stated_caller(callee, member, stated)
+            or _asker_called(kind, callee, member, stated)
+        )
     ):
         caller, caller_reason = told
     # an attribute's asker is printed, and an import's importer is the frame that raised; a call's caller may be cut
@@ -360,6 +372,26 @@ def _stated_caller(callee: str, member: str, stated: Iterable[Stated]) -> tuple[
     return None
 
 
+def _asker_called(kind: str, callee: str, member: str, stated: Iterable[Stated]) -> tuple[str, str] | None:
+    """The asker of a missing attribute printed without frames, where the code the log shows calls (or launches) one
+    package other than the callee's: `deepspeed.initialize(model, optimizer)` over `'LlamaAttention' object has no
+    attribute 'num_heads'`: deepspeed asked transformers' class (a library reads the attributes of the models handed to
+    it without requiring their package). None where the code reads the member itself, or calls more than one package."""
+    told = list(stated)
+    if kind != "attribute" or callee in ("", "user") or _imports_itself(callee, member, told):
+        return None
+    if member and any(re.search(rf"\.{re.escape(member)}\b", s.line) for s in told if s.code):
+        return None
+    called = sorted({s.dist for s in told if s.how in ("call", "launch") and s.dist != callee})
+    if len(called) != 1:
+        return None
+    said = next(s for s in told if s.dist == called[0] and s.how in ("call", "launch"))
+    return (
+        said.dist,
+        f"no frame of the caller is printed; the code the log shows {said.said} {said.dist} ({said.quote()}), the one package it hands the object to",
+    )
+
+
 def _imports_itself(callee: str, member: str, told: list[Stated]) -> bool:
     """Whether the code the log shows imports the failing name from the callee itself (the user's own import)."""
     return bool(member) and any(s.how == "import" and s.dist == callee and re.search(rf"\b{re.escape(member)}\b", s.line) for s in told)
@@ -388,6 +420,34 @@ def _user_of(kind: str, module: str, member: str, callee: str, stated: Iterable[
     said = next(s for s in told if s.dist == named[0])
     why = f"the log {said.said} {said.dist} ({said.quote()}), and of the packages it names only {said.dist}'s own code {what}"
     return named[0], f"no frame of the caller is printed; {why}"
+
+
+#: How a callee found by its member ends its reason (read back when the caller turns out to be that very package).
+_BY_MEMBER = ": the class is built on that package's"
+
+
+def _by_member(kind: str, member: str, resolved: Resolved, seen: set[str], **around: Any) -> Resolved | None:
+    """The callee of a member or keyword asked of a class no index resolves: a class in no indexed release (a remote
+    model's `ChatGLMForConditionalGeneration` lacking `enable_input_require_grads`, an `__init__()` printed without its
+    class refusing `prediction_loss_only`) is built on the distribution whose classes have that member, or whose callables
+    take that keyword, where the name index says one does (among a few: the one the others build on, or the one in the
+    traceback); a class several distributions define (`Trainer`), on the one of them that has it. None where that is not
+    one distribution, or is the asker itself (a library asking its own member of an object it was handed: that object is
+    the other side). Never from the index alone: the distribution must be one the log shows (`seen`: its frames, the
+    packages it states, the environment's freeze); jax's `ShapedArray` lacking `_trace` is no class of ray's, the one
+    indexed distribution with a member `_trace`."""
+    table = "members" if kind == "attribute" else "keywords"
+    asker = around.pop("asker")
+    found = resolve(member, caller=asker, table=table, **around)
+    if resolved.candidates and all(c in index().releases for c in resolved.candidates):  # the class is indexed, in several packages
+        both = tuple(d for d in resolved.candidates if d in found.candidates)
+        if len(both) != 1 or both[0] not in {canonical(d) for d in seen}:
+            return None
+        has = "classes have the member" if table == "members" else "callables take the keyword"
+        return Resolved(both[0], f"{resolved.reason}; of these only {both[0]}'s {has} {member}{_BY_MEMBER}", resolved.candidates)
+    if resolved.candidates or not found.dist or found.dist == asker or found.dist not in {canonical(d) for d in seen}:
+        return None
+    return Resolved(found.dist, f"{resolved.reason}; {found.reason}{_BY_MEMBER}", found.candidates)
 
 
 def _calls_back(kind: str, name: str, module: str, resolved: Resolved) -> bool:
