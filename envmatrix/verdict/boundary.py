@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..facts.modules import KNOWN_IMPORTS, SPELLINGS, known_import
-from ..facts.nameindex import Resolved, canonical, definers, import_packages, index, module_owner, requires, resolve, users
+from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, index, module_owner, requires, resolve, users
 from .ranges import in_message
 from .stated import Stated, dist_of
 from .tracebacks import LAZY, Frame, Raised
@@ -436,7 +436,7 @@ def _by_member(kind: str, member: str, resolved: Resolved, seen: set[str], **aro
     the other side). Never from the index alone: the distribution must be one the log shows (`seen`: its frames, the
     packages it states, the environment's freeze); jax's `ShapedArray` lacking `_trace` is no class of ray's, the one
     indexed distribution with a member `_trace`."""
-    table = "members" if kind == "attribute" else "keywords"
+    table: Table = "members" if kind == "attribute" else "keywords"
     asker = around.pop("asker")
     found = resolve(member, caller=asker, table=table, **around)
     if resolved.candidates and all(c in index().releases for c in resolved.candidates):  # the class is indexed, in several packages
