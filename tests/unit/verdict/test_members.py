@@ -92,3 +92,18 @@ def test_a_frameless_missing_attribute_was_asked_by_the_one_package_the_code_sho
     assert (who, callee) == ("deepspeed", "transformers"), why
     assert sides("my code runs `n = attn.num_heads` after `deepspeed.initialize(model=model)`:\n\n" + failed)[0] == "your code"  # it reads it itself
     assert sides(failed)[0] == "your code"
+
+
+def test_a_name_with_no_file_imported_by_an_installed_package_is_a_mismatch_and_by_the_users_code_a_missing_package() -> None:
+    by_library = _traceback(
+        ("/srv/run.py", 3, "<module>", "import accelerate.utils"),
+        (f"{SITE}/accelerate/utils/megatron_lm.py", 30, "<module>", "from megatron import get_args"),
+        error="ImportError: cannot import name 'get_args' from 'megatron' (unknown location)",
+    )
+    assert verdict(by_library) == "api_mismatch"
+    assert sides(by_library)[:2] == ("accelerate", "megatron-core")
+    by_user = _traceback(
+        ("/srv/run.py", 3, "<module>", "from datasets import load_dataset"),
+        error="ImportError: cannot import name 'load_dataset' from 'datasets' (unknown location)",
+    )
+    assert verdict(by_user) == "missing_module"
