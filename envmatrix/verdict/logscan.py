@@ -176,8 +176,9 @@ SIGNATURES: dict[str, str] = {
     # ProcessGroupNCCL's (and Gloo's) error and fatal log records (`[E429 13:55:49.38 ProcessGroupNCCL.cpp:1743]`; its
     # warnings are `W`): it logs at those levels only on the way to an abort, whatever the wrapped message after them says
     "nccl_error:pg_log": r"\[[EF](?:\d{3,4}\s+[\d:.]+)?\s+ProcessGroup(?:NCCL|Gloo)\.cpp:\d+\]",
-    # NCCL's trace of an error code returned up its call chain (`NCCL INFO proxy.cc:1306 -> 3`): a non-zero code, in any wrapper
-    "nccl_error:retcode": r"NCCL INFO\s+[\w/.-]+\.(?:cc|cu|h):\d+\s+->\s+[1-9]\d*[ \t]*(?:\r?\n|$)",
+    # NCCL's trace of an error code returned up its call chain (`NCCL INFO proxy.cc:1306 -> 3`, `NCCL WARN group.cc:585 -> 3`,
+    # `… -> 5 [Async thread]`): a non-zero code, in any wrapper
+    "nccl_error:retcode": r"NCCL (?:INFO|WARN)\s+[\w/.-]+\.(?:cc|cu|h):\d+\s+->\s+[1-9]\d*(?:[ \t]+\[[^\]\n]*\])?[ \t]*(?:\r?\n|$)",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     # a negative status is the signal that killed the process, in a launcher's or a wrapper's words (`died with
     # <Signals.SIGSEGV: 11>`, `returned non-zero exit status -9`, `ERROR: error code -9`)

@@ -107,3 +107,10 @@ def test_a_name_with_no_file_imported_by_an_installed_package_is_a_mismatch_and_
         error="ImportError: cannot import name 'load_dataset' from 'datasets' (unknown location)",
     )
     assert verdict(by_user) == "missing_module"
+
+
+def test_nccl_passing_a_failed_calls_result_code_up_its_stack_is_an_nccl_failure() -> None:
+    log = "(Actor pid=1) [host][1:1][0][group.cc:585] NCCL WARN group.cc:585 -> 3\n(Actor pid=1) [host][1:1][0][init.cc:2103] NCCL INFO init.cc:2103 -> 3\n"
+    assert verdict(log) == "nccl_error"
+    healthy = "node1:2:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\nnode1:2:2 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE\n"
+    assert verdict(healthy) != "nccl_error"
