@@ -214,7 +214,12 @@ SIGNATURES: dict[str, str] = {
     # prose: `the response is gibberish`, `（乱码循环）`); decides only where nothing else does
     "notice:said_garbled": r"(?i:\bgibberish\b|\bgarbled (?:output|text|tokens?|characters?|responses?|replies|answers?|generations?)\b"
     r"|(?:output|text|responses?|replies|answers?|generations?|completions?) (?:is|are|was|were|becomes?|became) (?:garbled|gibberish|garbage)\b"
-    r"|\bgarbage (?:output|text|tokens?|characters?)\b|乱码|胡言乱语)",
+    r"|\bgarbage (?:output|text|tokens?|characters?)\b|乱码|胡言乱语|胡乱回答|乱回答|答非所问|回答重复|重复回答|无限重复|重复输出"
+    # the same told in other words: nonsense, or a reply repeating itself
+    r"|\bnonsense (?:output|text|answers?|responses?|replies|generations?)\b"
+    r"|(?:outputs?|answers?|responses?|replies|generations?) (?:is|are|was|were) nonsense\b"
+    r"|\brepetitive (?:output|text|answers?|responses?|replies|generations?)\b"
+    r"|\b(?:keeps? )?repeat(?:s|ing)? (?:itself|the same (?:words?|tokens?|phrases?|sentences?)) (?:endlessly|forever|over and over))",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",

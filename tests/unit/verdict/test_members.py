@@ -114,3 +114,13 @@ def test_nccl_passing_a_failed_calls_result_code_up_its_stack_is_an_nccl_failure
     assert verdict(log) == "nccl_error"
     healthy = "node1:2:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\nnode1:2:2 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE\n"
     assert verdict(healthy) != "nccl_error"
+
+
+def test_a_reply_told_as_nonsense_or_repeating_itself_is_garbled_output_when_nothing_else_fired() -> None:
+    for said in (
+        "合并之后，模型会出现胡乱回答的问题。",
+        "After the merge the answers are nonsense.",
+        "The model keeps repeating the same phrase over and over.",
+    ):
+        assert verdict(said + "\n") == "garbled_output", said
+    assert verdict("It is nonsense that the loader needs a GPU.\n") != "garbled_output"  # a word alone tells no output
