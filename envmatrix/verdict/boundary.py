@@ -275,6 +275,7 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
     dists = [_dist(f) for f in frames]
     if module and _SITE.search(raised.value.split("\n", 1)[0]):  # the message shows where the package is installed
         dists = _outside_install(module, frames, dists)
+    by_member: Resolved | None = None  # the callee found by the member or keyword asked, not by the class
     # the callee
     if module:
         if _known(module):
@@ -308,11 +309,12 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
             resolved = Resolved("", f"{name} names no class or function")
         if not resolved.dist and member and kind in ("attribute", "keyword"):
             seen = {*near, *(s.dist for s in stated), *installed}
-            resolved = _by_member(kind, member, resolved, seen, asker=asker, installed=installed, around=near) or resolved
+            if by_member := _by_member(kind, member, resolved, seen, asker, installed=installed, around=near):
+                resolved = by_member
     callee = resolved.dist
     printed = bool(raised.frames) or raised.headless
     caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer, printed=printed)
-    if callee and caller == callee and resolved.reason.endswith(_BY_MEMBER):  # the library's own member of a class it was handed
+    if by_member and caller == callee:  # the library's own member of a class it was handed
         resolved = Resolved("", f"{member} is {callee}'s own member, asked by {callee} of a class in no index", resolved.candidates)
         callee = ""
         caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer, printed=printed)
@@ -422,11 +424,11 @@ def _user_of(kind: str, module: str, member: str, callee: str, stated: Iterable[
     return named[0], f"no frame of the caller is printed; {why}"
 
 
-#: How a callee found by its member ends its reason (read back when the caller turns out to be that very package).
+#: How a callee found by its member ends its reason.
 _BY_MEMBER = ": the class is built on that package's"
 
 
-def _by_member(kind: str, member: str, resolved: Resolved, seen: set[str], **around: Any) -> Resolved | None:
+def _by_member(kind: str, member: str, resolved: Resolved, seen: set[str], asker: str, **around: Any) -> Resolved | None:
     """The callee of a member or keyword asked of a class no index resolves: a class in no indexed release (a remote
     model's `ChatGLMForConditionalGeneration` lacking `enable_input_require_grads`, an `__init__()` printed without its
     class refusing `prediction_loss_only`) is built on the distribution whose classes have that member, or whose callables
@@ -437,15 +439,15 @@ def _by_member(kind: str, member: str, resolved: Resolved, seen: set[str], **aro
     packages it states, the environment's freeze); jax's `ShapedArray` lacking `_trace` is no class of ray's, the one
     indexed distribution with a member `_trace`."""
     table: Table = "members" if kind == "attribute" else "keywords"
-    asker = around.pop("asker")
     found = resolve(member, caller=asker, table=table, **around)
+    shown = {canonical(d) for d in seen}
     if resolved.candidates and all(c in index().releases for c in resolved.candidates):  # the class is indexed, in several packages
         both = tuple(d for d in resolved.candidates if d in found.candidates)
-        if len(both) != 1 or both[0] not in {canonical(d) for d in seen}:
+        if len(both) != 1 or both[0] not in shown:
             return None
         has = "classes have the member" if table == "members" else "callables take the keyword"
         return Resolved(both[0], f"{resolved.reason}; of these only {both[0]}'s {has} {member}{_BY_MEMBER}", resolved.candidates)
-    if resolved.candidates or not found.dist or found.dist == asker or found.dist not in {canonical(d) for d in seen}:
+    if resolved.candidates or not found.dist or found.dist == asker or found.dist not in shown:
         return None
     return Resolved(found.dist, f"{resolved.reason}; {found.reason}{_BY_MEMBER}", found.candidates)
 

@@ -1,6 +1,7 @@
 """Issue 41, tenth round: the other side of a member or keyword asked of a class no index resolves (a remote model's
-class, an `__init__()` printed without its class), from the members and keywords the indexed releases' classes have.
-Each log is written for its mechanism; none is a held-out log."""
+class, an `__init__()` printed without its class), from the members and keywords the indexed releases' classes have;
+the asker of a frameless missing attribute; `(unknown location)` under another package; NCCL's result codes in WARN
+lines; a reply told as nonsense. Each log is written for its mechanism; none is a held-out log."""
 
 from __future__ import annotations
 
