@@ -32,6 +32,9 @@ DISTRIBUTIONS: dict[str, str] = {
     "TensorFlow": "tensorflow",
     "Flax": "flax",
     "Accelerate": "accelerate",
+    # the standard library's distutils is gone (Python 3.12) or shadowed: setuptools installs its own under the name (its
+    # `_distutils_hack`, from setuptools 60), so `module 'distutils' has no attribute 'version'` is setuptools' release
+    "distutils": "setuptools",
     # code a package generates into the user's folder at run time: its own (unsloth writes patched trainers there)
     "unsloth_compiled_cache": "unsloth",
 }

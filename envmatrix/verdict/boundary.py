@@ -44,6 +44,7 @@ _ATTRIBUTE = re.compile(
 _IMPORT = re.compile(r"cannot import name ['‘’]?(?P<member>\w+)['‘’]?(?: from\s+['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*))?")
 #: The import statement a frame's source line shows (`from pytorch_transformers.modeling import (CONFIG_NAME,`).
 _FROM = re.compile(r"\s*from\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s+import\b")
+_IMPORT_LINE = re.compile(r"\s*import\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s*(?:$|\bas\b|,)")
 _SUBMODULE = re.compile(r"^No module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
 #: A package's own refusal of a name it removed (`` `np.float_` was removed in the NumPy 2.0 release``, `'HookedTransformer'
 #: was removed in TransformerLens 4.0`): the name, and the package as its release notes spell it.
@@ -65,6 +66,8 @@ _CONSTRUCTORS = ("__init__", "__new__", "__post_init__")
 MAX_SOURCE = 400
 #: A call on a source line: the dotted name before `(`.
 _CALL = re.compile(r"(?P<name>[A-Za-z_][\w.]*)\(")
+#: A decorator's line that passes every argument on to what it wraps (`return fn(self, **kwargs)`, `func(*args, **kwargs)`).
+_FORWARD = re.compile(r"^\s*(?:return\s+)?[A-Za-z_][\w.]*\(\s*(?:self\s*,\s*)?(?:\*[A-Za-z_]\w*\s*,\s*)?\*\*[A-Za-z_]\w*\s*\)\s*$")
 #: A package a range message names as the one needing another (`trl requires transformers>=4.46`).
 _REQUIRER = re.compile(r"(?P<who>[A-Za-z][\w.-]*) (?:requires|needs|depends on)\b")
 #: Folders that hold a project's scripts rather than name the project (`open-r1/scripts/`, `Liger-Kernel/examples/`).
@@ -273,6 +276,9 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
     kind, name, member, module = called
     frames = [f for f in raised.frames if not _looked_through(f)]
     dists = [_dist(f) for f in frames]
+    wrapper = ""  # a library's decorator that raised the TypeError passing its arguments on: it is the callee's side
+    if kind in ("keyword", "positional") and frames and frames[-1] is raised.frames[-1] and dists[-1] and _FORWARD.search(raised.source):
+        wrapper, frames, dists = dists[-1], frames[:-1], dists[:-1]
     if module and _SITE.search(raised.value.split("\n", 1)[0]):  # the message shows where the package is installed
         dists = _outside_install(module, frames, dists)
     by_member: Resolved | None = None  # the callee found by the member or keyword asked, not by the class
@@ -307,6 +313,13 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
                 resolved = subclass or resolved
         elif _owner(name) not in _CONSTRUCTORS:
             resolved = Resolved("", f"{name} names no class or function")
+        if wrapper and not resolved.dist and (wrapper in resolved.candidates or wrapper not in index().releases):
+            # its package defines what it wraps: among the candidates, or a package the index does not read
+            resolved = Resolved(
+                wrapper,
+                f"{resolved.reason}; the frame that raised is {wrapper}'s decorator passing the call on (`{raised.source.strip()[:80]}`)",
+                resolved.candidates,
+            )
         if not resolved.dist and member and kind in ("attribute", "keyword"):
             seen = {*near, *(s.dist for s in stated), *installed}
             if by_member := _by_member(kind, member, resolved, seen, asker, installed=installed, around=near):
@@ -318,6 +331,8 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
         resolved = Resolved("", f"{member} is {callee}'s own member, asked by {callee} of a class in no index", resolved.candidates)
         callee = ""
         caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer, printed=printed)
+    if raised.hidden and (folded := _folded(raised, kind, member, callee, installed=installed, around=[*dists, *around])):
+        caller, caller_reason = folded
     if not callee and caller not in ("", "user") and _calls_back(kind, name, module, resolved):
         # a library calls back into a class or function no indexed release defines: the model, object or patched function
         # the user handed it
@@ -331,6 +346,7 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
             or _user_of(kind, module, member, callee, stated)
             or _stated_caller(callee, member, stated)
             or _asker_called(kind, callee, member, stated)
+            or _shown_importer(kind, callee, raised.source)
         )
     ):
         caller, caller_reason = told
@@ -372,6 +388,21 @@ def _stated_caller(callee: str, member: str, stated: Iterable[Stated]) -> tuple[
             why = f"the log {said.said} {said.dist} ({said.quote()}), the one package it names that requires {callee}"
             return said.dist, f"no frame of the caller is printed; {why}"
     return None
+
+
+def _shown_importer(kind: str, callee: str, source: str) -> tuple[str, str] | None:
+    """The importer of a name or module printed without frames, under the import statement the log shows above it, where
+    that statement imports another package (`from datadreamer.llms import HFTransformers` over `No module named
+    'huggingface_hub.utils._errors'`): that package's import ran the failing one. Named by its import name where no index
+    knows it (a project's package, installed or not, is still the code that imported)."""
+    stmt = _FROM.match(source) or _IMPORT_LINE.match(source)
+    if kind not in ("import_name", "submodule") or callee in ("", "user") or stmt is None:
+        return None
+    top = stmt.group("mod").split(".")[0]
+    owner = module_owner(top) or top
+    if owner == callee or top in import_packages(callee):
+        return None
+    return owner, f"no frame of the caller is printed; the statement above it imports {stmt.group('mod')}, and importing it imported {callee}'s"
 
 
 def _asker_called(kind: str, callee: str, member: str, stated: Iterable[Stated]) -> tuple[str, str] | None:
@@ -458,6 +489,42 @@ def _calls_back(kind: str, name: str, module: str, resolved: Resolved) -> bool:
     return kind in ("keyword", "positional", "attribute") and not resolved.candidates and not module and _owner(name) not in ("", *_CONSTRUCTORS)
 
 
+def _folded(raised: Raised, kind: str, member: str, callee: str, **around: Any) -> tuple[str, str] | None:
+    """The caller where a notebook folded the frames that made the call (Colab's `8 frames` between the user's cell and
+    the frame that refused it): no printed frame after the fold is the asker (an attribute's) or a caller outside the
+    callee (a call's), so it is among the folded ones, below the call the frame above the fold makes. That call's
+    package, where its name resolves to one the log shows or that name is distinctive (`get_peft_model(model, lora_config)`
+    → peft), is the code that ran them; else the caller is not printed. None where a printed frame after the fold is the caller."""
+    if raised.hidden is None or kind not in ("attribute", "keyword", "positional"):
+        return None
+    at, words, source = raised.hidden
+    after = [f for f in raised.frames[at:] if not _looked_through(f)]
+    if after and (kind == "attribute" or any(_dist(f) != callee for f in after)):
+        return None
+    if member and re.search(rf"\.{re.escape(member)}\b|\b{re.escape(member)}\s*=(?!=)", source):
+        return None  # the line above the fold makes the very call or asks the very attribute (`pl.Trainer(gpus=…)`)
+    seen = {canonical(d) for d in (*around.get("around", ()), *around.get("installed", ()))}
+    found = {
+        r.dist: (m.group("name"), r)
+        for m in _CALL.finditer(source[:MAX_SOURCE])
+        if (r := resolve(owner := _owner(m.group("name")), **around)).dist and (r.dist in seen or _distinctive(owner))
+    }
+    if len(found) != 1:
+        return (
+            "",
+            f"the frame that asked is among the {words} the notebook folded; the line above them ({source.strip()[:80]}) calls no one package the index knows",
+        )
+    dist, (called, _) = next(iter(found.items()))
+    return dist, f"the notebook folded {words} under the line `{source.strip()[:80]}`: they run inside {dist}'s {called}, which that line calls"
+
+
+def _distinctive(name: str) -> bool:
+    """A name of two words or more that one indexed distribution alone defines (`get_peft_model`, `LoraConfig`): a
+    fingerprint of that package even where the log shows it nowhere else; a one-word name (`train`) is not."""
+    words = [w for w in name.split("_") if w] if "_" in name else _HUMP.findall(name)
+    return len(words) >= 2 and len(definers(name)) == 1
+
+
 def _project(caller: str, frames: list[Frame], dists: list[str]) -> str:
     """The user's project where the caller is the user's code: named by the innermost user frame's path (a class a
     library calls back into is not named so: the model's remote code is no frame of the user's project)."""
@@ -538,7 +605,7 @@ def _caller(kind: str, frames: list[Frame], dists: list[str], callee: str, impor
     import failed (transformers' `Failed to import X because of`); `printed`: whether the exception has any frame or
     source line at all (a message alone is the program's own failure as far as the log goes)."""
     if not frames and importer and kind in ("import_name", "submodule") and (owner := module_owner(importer)):
-        return owner, f"{importer} imports it (the lazy-import wrapper's message names the module whose import failed)"
+        return owner, f"{importer} imports it (the lazy-import wrapper that failed over it was importing {importer})"
     if not frames and importer:  # an attribute asked while importing: any module that import loaded may have asked
         return "", f"asked for while {importer} was imported; the asking frame is not printed"
     if not frames and not printed:  # the message alone: whatever ran it is the user's program, as far as the log goes

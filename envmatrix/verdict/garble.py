@@ -14,7 +14,7 @@ pattern. Tokens are words, numbers and special tokens. Text of at least MIN_TOKE
   without spaces, while text that mixes scripts keeps them apart, but for Latin inside Chinese, Japanese or Korean words
   (`使用pip安装`, `GPU를`), which is allowed;
 
-and any text is garbled with a run of CHAR_RUN (24) of one letter, digit, `!` or `?`, and any shorter text that is one
+and any text is garbled with a run of CHAR_RUN (24) of one letter, digit, `!`, `?` or blank box (`□`: a token with no glyph), and any shorter text that is one
 token and nothing else, WHOLE_RUN (8) times or more (` is is is is is is is is is is`, ten equal token ids: an engine
 that emits one token for every step), or 3 times or more for a token that is never text (`<unk><unk><unk>…`).
 
@@ -45,7 +45,8 @@ NOT_TEXT = 0.02  # a larger share of undecodable bytes (U+FFFD) is binary noise,
 MAX_CHARS = 1 << 14  # a longer text is judged on its first 16 KiB: the measure stays cheap on any input
 
 _TOKEN = re.compile(r"<\|?[^\s<>|]{1,40}\|?>|\w+")
-_CHAR_RUN = re.compile(r"([^\W_]|[!?])\1{" + str(CHAR_RUN - 1) + "}")
+#: `□` and `▯`: the blank box a terminal or a paste shows for a token that decodes to no printable glyph.
+_CHAR_RUN = re.compile(r"([^\W_]|[!?\u25a1\u25af])\1{" + str(CHAR_RUN - 1) + "}")
 _SCRIPT_ALIASES = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HALFWIDTH": "CJK", "FULLWIDTH": "LATIN"}
 #: Scripts that real writing joins inside one word: Latin words and particles run into Chinese, Japanese and Korean text.
 _JOINED = {"LATIN", "CJK", "HANGUL"}

@@ -115,7 +115,7 @@ SIGNATURES: dict[str, str] = {
     "oom:tail": r"Tried to allocate [\d.]+ [KMGT]i?B \(GPU \d+; [\d.]+ [KMGT]i?B total capacity",
     "oom:error": r"OutOfMemoryError",
     "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
-    "oom:hip_enum": r"hipErrorOutOfMemory",  # CUDA's, cuBLAS's and cuDNN's codes are facts/errorcodes.py's
+    "oom:hip_enum": r"hipErrorOutOfMemory|HIP_ERROR_OutOfMemory",  # CUDA's, cuBLAS's and cuDNN's codes are facts/errorcodes.py's
     # XLA's status words, also in a glog line a terminal wrapped (`Resource exhausted: Out \nof memory while trying to allocate`)
     "oom:xla": r"RESOURCE_EXHAUSTED|ResourceExhaustedError|OOM when allocating tensor|Resource exhausted:\s+Out\s+of\s+memory",
     # torch's CPU allocator, and torch7's (`$ Torch: not enough memory: you tried to allocate 0GB. Buy new RAM!`)
@@ -150,6 +150,9 @@ SIGNATURES: dict[str, str] = {
     r"|non-?finite\s+(?:grad(?:ient)?s?\s+norm|grad(?:ient)?[ _]norm)|for gradients from `parameters` is non-finite"
     r"|(?:nan|inf)\s+(?:found|detected)\s+in\s+(?:the\s+)?(?:local\s+)?grad(?:ient)?s?\b)",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
+    # a meter's running average that a NaN step poisoned (timm's and BEiT's MetricLogger print `value (global average)`:
+    # `grad_norm: 0.3922 (nan)`), while the last value shown is finite
+    "nan_loss:meter": r"\b(?:loss|grad_norm)\W{0,3}:\s*-?\d[\d.e+-]*\s+\((?i:nan|inf)\)",
     # transformers' refusal of a model its Auto classes do not map, pasted without its ValueError (remote code not trusted,
     # or a release older than the model)
     "unknown_model:unmapped": r"Unrecognized configuration class <class '[\w.]+'> for this kind of AutoModel",
@@ -189,9 +192,9 @@ SIGNATURES: dict[str, str] = {
     "crash:segv": r"(?i:segmentation fault)|AddressSanitizer:\s?(?:SEGV|DEADLYSIGNAL)\b",
     "crash:bus": r"Bus error",
     # the shell's notice (also in a Chinese locale, or lower-cased alone on its line)
-    "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)|^[ \t]*killed[ \t]*$",
+    "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)|^[ \t]*killed[ \t]*$|^[ \t>]*(?:\*\*|__)Killed(?:\*\*|__)[ \t]*$",
     # an IDE's report of the signal that ended the run (PyCharm: `Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)`)
-    "crash:interrupted": r"interrupted by signal (?:4|6|7|9|11): SIG(?:ILL|ABRT|BUS|KILL|SEGV)",
+    "crash:interrupted": r"interrupted by signal (?:4|6|7|9|11):\s*SIG(?:ILL|ABRT|BUS|KILL|SEGV)",
     # glog's failure banner too (`*** SIGSEGV (@0x19) received by PID 11091`, `*** Aborted at 1525421992 (unix time)`)
     "crash:core": r"(?:Aborted|Illegal instruction)[ \t]+\(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT)(?: \([^)\n]{0,40}\))? received"
     r"|\*\*\* Aborted at \d+ \(unix time\)",
@@ -203,6 +206,10 @@ SIGNATURES: dict[str, str] = {
     r"|Raylet is terminated\b[^\n]{0,200}?Termination is unexpected",  # the node's raylet died (its own notice says so)
     # a wall-clock limit the scheduler enforced
     "timeout:scheduler": r"DUE TO TIME LIMIT|Job step aborted: Waiting up to \d+ seconds for job step to finish|DeadlineExceeded",
+    # a CI runner's own limit on a job (GitHub Actions: `The job has exceeded the maximum execution time of 6h0m0s`; GitLab:
+    # `ERROR: Job failed: execution took longer than 1h0m0s seconds`; Azure Pipelines: `ran longer than the maximum time of`)
+    "timeout:ci": r"job (?:running on \S+ )?has exceeded the maximum execution time of|execution took longer than \d[\dhms]* ?(?:seconds|minutes)?"
+    r"|ran longer than the maximum time of \d+ minutes",
     # PBS/Torque's and LSF's wall-clock kills (`=>> PBS: job killed: walltime 259217 exceeded limit 259200`, `TERM_RUNLIMIT: job
     # killed after reaching LSF run time limit`)
     "timeout:batch": r"job killed: walltime \d+ exceeded limit|TERM_RUNLIMIT|reaching LSF run time limit"
@@ -609,14 +616,17 @@ class _Scanner:
     def _code_above(self, buf: bytes, start: int, line_no: int) -> None:
         """Hand the reader the line just above an exception line printed without its frame: where it is a line of code
         (`self.model = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**engine_args))`), it is the source line that
-        raised, and it names what was called."""
+        raised, and it names what was called. One blank line may stand between them (a statement pasted over its error)."""
         end = start - 1
-        if end <= 0:
-            return
-        lo = _line_start(buf, end)
-        raw = _ANSI.sub(b"", buf[max(lo, end - MAX_LINE) : end]).decode("utf-8", "replace").rstrip("\r")
-        if raw.strip():
-            self.reader.code_above(clean(raw), line_no - 1)
+        for _ in range(2):
+            if end <= 0:
+                return
+            lo = _line_start(buf, end)
+            raw = _ANSI.sub(b"", buf[max(lo, end - MAX_LINE) : end]).decode("utf-8", "replace").rstrip("\r")
+            if raw.strip():
+                self.reader.code_above(clean(raw), line_no - 1)  # over a blank line, as the line right above it
+                return
+            end = lo - 1
 
     def region(self, buf: bytes, start: int, line_no: int) -> tuple[int, int]:
         """Read the lines from `start` as structure until REGION_GAP lines in a row are not part of a traceback (or

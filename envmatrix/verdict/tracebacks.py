@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..facts.modules import distribution, stack_package
@@ -43,7 +44,13 @@ _PYTEST_AT = re.compile(_PY_PATH + r":(?P<line>\d+): (?P<type>(?:[A-Za-z_]\w*\.)
 _CUT_FRAME = re.compile(r'(?P<path>[^"\s]{0,1000}[/\\][^"\s/\\]{1,200}\.py)", line (?P<line>\d+),? in (?P<func>\S{1,200})$')
 #: IPython's frame (`/usr/lib/python3/dist-packages/peft/peft_model.py in <module>`, a notebook's `[path](url) in f`), and
 #: the numbered source lines under it (`---> 38 from transformers import …`).
-_IPYTHON = re.compile(r"\[?(?P<path>(?:[A-Za-z]:|~)?[/\\][^\s\[\]()]{1,1000}\.py)\]?(?:\([^)\s]{0,400}\))?\s+in\s+(?P<func>[\w<>.]{1,200})(?:\(.*\))?$")
+_IPYTHON = re.compile(
+    r"\[?(?P<path>(?:[A-Za-z]:|~)?[/\\][^\s\[\]()]{1,1000}\.py|<ipython-input-[\w-]{1,80}>)\]?(?:\([^)\s]{0,400}\))?"
+    r"\s+in\s+(?P<func>[\w<>.]{1,200}|<cell line: \d+>)(?:\(.*\))?$"  # a notebook cell (`<ipython-input-11-…>`) too
+)
+#: Colab's fold of the frames between the user's cell and the last library frames (`8 frames`): the frames there are not
+#: printed, so the frame above it did not call the one below directly.
+_HIDDEN = re.compile(r"\d{1,4} frames?")
 #: IPython 8's traceback: its header (`TypeError    Traceback (most recent call last)`), a notebook cell's frame (`Cell In[38],
 #: line 2`: the user's code) and a file's (`File /…/trainer.py:123, in Trainer.__init__(self, …)`).
 _IPYTHON_HEAD = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*\s{2,}Traceback \(most recent call last\)")
@@ -137,12 +144,21 @@ def _embedded(text: str, in_traceback: bool) -> tuple[str, str, bool] | None:
     return None
 
 
+def _awaits_cause(value: str) -> bool:
+    """Whether a message is a lazy-import wrapper's line that ends before its cause (`Failed to import X because of the
+    following error (look up to see its traceback):`): pasted, its cause may stand after a blank line."""
+    return "\n" not in value and value.rstrip().endswith(":") and LAZY.search(value) is not None
+
+
 def _said(m: re.Match[str]) -> str:
     """An embedded import message as Python prints it: straight quotes, the path where one was printed, no prose after."""
     said = f"cannot import name '{m.group('name')}'"
     return said + (f" from '{m.group('mod')}'{m.group('path') or ''}" if m.group("mod") else "")
 
 
+#: A type that is only a word (`Error: ModuleNotFoundError: …`, a wrapper's or a user's label): where an exception line
+#: follows it, that line is the exception (outside a traceback, where Python prints the type it raised).
+_GENERIC = frozenset({"Error", "Exception"})
 #: A short label a user wrote before an exception line (`error info: `, `Error: `, `got: `, or words that end in `error`:
 #: `Raises the error `); what follows must name an exception type that says it is one (`…Error:`), so prose with a colon
 #: is not read as one.
@@ -211,6 +227,8 @@ class Raised:
     source: str = ""  # the source line printed under its last frame (or right above it, where no frame was kept)
     bare: bool = False  # the message alone, without its type (`cannot import name 'X' from 'trl'`)
     importer: str = ""  # the module a lazy-import wrapper right above names as the one whose import failed
+    hidden: tuple[int, str, str] | None = None  # frames a notebook folded: after how many printed ones, its words (`8 frames`), and
+    # the source line of the frame above the fold (the call that ran the hidden ones)
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -343,6 +361,7 @@ class _Stream:
     headless: bool = False  # frames read without a `Traceback` header before them
     code: tuple[str, int] | None = None  # the last line read that looks like code, not consumed otherwise, and its number
     first_line: int = 0  # the log line of the first frame of the traceback under construction
+    hidden: tuple[int, str, str] | None = None  # frames a notebook folded (`8 frames`): after how many, its words, the source above
 
 
 class Reader:
@@ -374,15 +393,20 @@ class Reader:
                 self.message_at = (self.message_at[0], line_no)  # a bar drawn inside a wrapped message does not end it
             return False  # a progress bar drawn between a message's lines: not part of it, and it does not end it
         if not text:
-            st.value_lines = 0
+            if not (st.value_lines == 1 and st.last is not None and _awaits_cause(st.last.value)):
+                st.value_lines = 0  # a blank line ends a message, except between a lazy wrapper's line and its cause
+            if st.code is not None and st.code[1] == line_no - 1:
+                st.code = (st.code[0], line_no)  # a code line pasted over a blank line and its exception is still its source
             return False
         if text.lstrip("`'\"").startswith(_TRACEBACK):  # also inside a quote a user pasted it in
             st.value_lines = 0
             st.frames, st.in_traceback, st.after_frame, st.fatal, st.headless = [], True, False, None, False
+            st.hidden = None
             return True
         if text[:1].isupper() and _IPYTHON_HEAD.match(text):
             st.value_lines = 0
             st.frames, st.in_traceback, st.after_frame, st.fatal, st.headless, st.ipython = [], True, False, None, False, True
+            st.hidden = None
             return True
         if text[:1] in "CF" and (m := _IPYTHON_CELL.match(text) or _IPYTHON_FILE.match(text)):
             st.value_lines, st.frame_line = 0, line_no
@@ -413,7 +437,10 @@ class Reader:
             st.value_lines, st.frame_line = 0, line_no
             self._frame(st, frame_of(m.group("path"), int(m.group("line")), m.group("func")))
             return True
-        if ".py" in text and (m := _IPYTHON.match(text)):
+        if st.ipython and st.in_traceback and st.frames and _HIDDEN.fullmatch(text):
+            st.hidden = (len(st.frames), text, st.source)
+            return True
+        if (".py" in text or "<ipython-input" in text) and (m := _IPYTHON.match(text)):
             st.value_lines, st.frame_line = 0, line_no
             self._frame(st, frame_of(m.group("path"), None, m.group("func")))
             st.after_frame, st.ipython = False, True
@@ -438,8 +465,11 @@ class Reader:
             text = _LOWER_TYPE.sub(lambda t: _BUILTIN_TYPES[t.group(1)] + ":", text)
         m = _RAISED.fullmatch(text)
         after = st.in_traceback and bool(st.frames)
-        if (m is None or not _is_exception(m.group("type"), m.group("inner"), after)) and (label := _LABEL.match(text)):
-            text, m = text[label.end() :], _RAISED.fullmatch(text[label.end() :])  # `error: AttributeError: …`: a user's label
+        generic = m is not None and m.group("type") in _GENERIC and not st.in_traceback
+        if (m is None or generic or not _is_exception(m.group("type"), m.group("inner"), after)) and (label := _LABEL.match(text)):
+            labelled = _RAISED.fullmatch(text[label.end() :])  # `error: AttributeError: …`: a user's label
+            if not generic or (labelled is not None and _is_exception(labelled.group("type"), labelled.group("inner"), after)):
+                text, m = text[label.end() :], labelled
         if m and _is_exception(m.group("type"), m.group("inner"), after):
             self._raise(st, m, text, line_no, logical.stream, logical.logged)
             if "Failed to import" in text:
@@ -565,11 +595,14 @@ class Reader:
             ignored=st.ignored_next,
             cause=cause,
             headless=st.headless,
+            hidden=st.hidden,
             source=source,
         )
         st.frames, st.in_traceback, st.after_frame, st.cause_next, st.ignored_next, st.ipython = [], False, False, False, False, False
+        st.hidden = None
         st.announced, st.source, st.code = None, "", None
         self._emit(st, raised)
+        self._imported_by(cause, raised.frames, raised.value)
         st.value_lines, st.logged = 1, logged
         self.message_at = (stream, line_no)
 
@@ -604,7 +637,20 @@ class Reader:
                 self._replace(last, replace(last, frames=tuple(st.frames), headless=True))
                 continue
             cut.append(self._cut(name, st))
+            self._imported_by(st.last if st.cause_next else None, st.frames, "")
         return (*self.head, *self.tail, *cut)
+
+    def _imported_by(self, cause: Raised | None, frames: Sequence[Frame], value: str) -> None:
+        """An import error printed without frames that was the direct cause of an exception a lazy-import wrapper raised
+        (diffusers' or transformers' `_get_module`, `Failed to import X because of the following error`): the module the
+        wrapper was importing imported it (the wrapper's message names it; else the wrapper's own package)."""
+        if cause is None or cause.frames or cause.importer or not {"ImportError", "ModuleNotFoundError"} & set(cause.types):
+            return
+        lazy = LAZY.search(value)
+        wrapper = next((f.module for f in reversed(frames) if f.function == "_get_module" and f.package not in ("", "python") and f.module), "")
+        module = lazy.group("module") if lazy else wrapper.split(".")[0]
+        if module:
+            self._replace(cause, replace(cause, importer=module))
 
     @staticmethod
     def _cut(name: str, st: _Stream) -> Raised:
