@@ -170,7 +170,7 @@ def _alternation(texts: Iterable[str]) -> str:
 
 #: How wrappers print a CUDA message: torch's `CUDA error: <msg>`, the old `cuda runtime error (2) : <msg>`, CTranslate2's
 #: `CUDA failed with error <msg>`, `CUDA driver error: <msg>`, and a bare `Error 803: <msg>` (torch's device-count warning).
-_CUDA_CONTEXT = r"(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|failed\s+with\s+error)|\berror\s+\d{1,4})\s*(?:\(\d{1,4}\)\s*)?[:=]?\s*"
+_CUDA_CONTEXT = r"(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|failed\s+with\s+error)|\berror(?:\s+|=)\d{1,4})\s*(?:\(\d{1,4}\)\s*)?[:=]?\s*"
 #: NCCL's strings come after `NCCL error`, `NCCL Error 2:`, torch's `NCCL error in: <file>:<line>, ` and the like.
 _NCCL_CONTEXT = r"(?i:nccl)[^\n]{0,160}?"
 
@@ -182,11 +182,11 @@ _DEVICE_ASSERT = r"block:\s*\[\d+,\s*\d+,\s*\d+\],\s*thread:\s*\[\d+,\s*\d+,\s*\
 #: The enum name each printed form without a number or name stands for.
 _FORMS = {"device_assert": "cudaErrorAssert"}
 
-#: Where a code may be printed (a small pattern for a log scanner's single pass, RE2 syntax): an enum name of any family,
+#: Where a code may be printed (torch's old `THCudaCheck FAIL file=… line=271 error=4 : unspecified launch failure` too; a small pattern for a log scanner's single pass, RE2 syntax): an enum name of any family,
 #: the words a wrapper puts before a message or a number, or a kernel's assertion. `find` then reads the codes from that line.
 TRIGGER = (
     r"\b(?:cudaError[A-Z]\w*|CUDA_ERROR_[A-Z_]+|nccl[A-Z]\w*|CUBLAS_STATUS_[A-Z_]+|CUDNN_STATUS_[A-Z_]+)\b"
-    r"|(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|failed\s+with\s+error)|nccl\s+error|\berror\s+\d{1,4}\s*:|\bcode\s*=\s*\d)"
+    r"|(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|failed\s+with\s+error)|nccl\s+error|\berror(?:\s+|=)\d{1,4}\s*:|\bcode\s*=\s*\d)"
     r"|" + _DEVICE_ASSERT
 )
 #: How much of a text `find` searches.

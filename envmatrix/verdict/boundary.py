@@ -45,7 +45,7 @@ _IMPORT = re.compile(r"cannot import name ['‘’]?(?P<member>\w+)['‘’]?(?:
 #: The import statement a frame's source line shows (`from pytorch_transformers.modeling import (CONFIG_NAME,`).
 _FROM = re.compile(r"\s*from\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s+import\b")
 _IMPORT_LINE = re.compile(r"\s*import\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s*(?:$|\bas\b|,)")
-_SUBMODULE = re.compile(r"^No module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
+_SUBMODULE = re.compile(r"^(?:[A-Z]\w{0,60}:\s+){0,3}No module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
 #: A package's own refusal of a name it removed (`` `np.float_` was removed in the NumPy 2.0 release``, `'HookedTransformer'
 #: was removed in TransformerLens 4.0`): the name, and the package as its release notes spell it.
 _REMOVED = re.compile(

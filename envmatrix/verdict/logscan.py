@@ -152,6 +152,8 @@ SIGNATURES: dict[str, str] = {
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
     # a meter's running average that a NaN step poisoned (timm's and BEiT's MetricLogger print `value (global average)`:
     # `grad_norm: 0.3922 (nan)`), while the last value shown is finite
+    # a logger's key-value table (OpenAI's `| loss          | nan       |`)
+    "nan_loss:table_row": r"(?m:^)\|[ \t]*(?:\w+[_/])?(?:loss|grad_norm)\w*[ \t]*\|[ \t]*[-+]?(?i:nan|inf)[ \t]*\|",
     "nan_loss:meter": r"\b(?:loss|grad_norm)\W{0,3}:\s*-?\d[\d.e+-]*\s+\((?i:nan|inf)\)",
     # transformers' refusal of a model its Auto classes do not map, pasted without its ValueError (remote code not trusted,
     # or a release older than the model)
@@ -208,7 +210,7 @@ SIGNATURES: dict[str, str] = {
     "timeout:scheduler": r"DUE TO TIME LIMIT|Job step aborted: Waiting up to \d+ seconds for job step to finish|DeadlineExceeded",
     # a CI runner's own limit on a job (GitHub Actions: `The job has exceeded the maximum execution time of 6h0m0s`; GitLab:
     # `ERROR: Job failed: execution took longer than 1h0m0s seconds`; Azure Pipelines: `ran longer than the maximum time of`)
-    "timeout:ci": r"job (?:running on \S+ )?has exceeded the maximum execution time of|execution took longer than \d[\dhms]* ?(?:seconds|minutes)?"
+    "timeout:ci": r"job (?:running on [^\n]{1,80}? )?has exceeded the maximum execution time of|execution took longer than \d[\dhms]* ?(?:seconds|minutes)?"
     r"|ran longer than the maximum time of \d+ minutes",
     # PBS/Torque's and LSF's wall-clock kills (`=>> PBS: job killed: walltime 259217 exceeded limit 259200`, `TERM_RUNLIMIT: job
     # killed after reaching LSF run time limit`)
@@ -231,6 +233,8 @@ SIGNATURES: dict[str, str] = {
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
     "error:traceback": r"Traceback \(most recent call last\)",
+    # Hydra's notice under an exception it shortened to its message (the type and the trace are gone)
+    "error:hydra": r"Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace",
     # not an outcome: a package's statement of the range it needs (evidence for an API mismatch, read by evidence.py)
     "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"
     r"|,\s+but\s+you\s+have\s+[\w.-]+\s+v?\d|you\s+have\s+(?:version\s+)?v?\d+\.\d+[\w.]*\s+installed"

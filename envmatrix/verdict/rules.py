@@ -17,7 +17,8 @@ list of distribution names (`''` for the user's own code). `{name}` in a value i
 - `error.stack`    `none` (no frames printed), `user` (frames of the user's code and Python's only), `package`
 - `error.boundary` the call boundary the message names (boundary.py): `crossed` (one distribution called another), `own`
                    (a package's own code called itself), `unknown` (a side the log does not say), `none` (no call named);
-                   also `indexed` where the name index says a release of the callee defines the name (`cannot import name`)
+                   also `indexed` where the name index says a release of the callee defines the name (`cannot import name`),
+                   `private` where the name is imported from a package's private module (`torch._six`)
 - `error.bare`     `yes` for an exception's message printed alone, without its type (`cannot import name 'X' from 'trl'`)
 - `error.undefined` `library` for a NameError over a name one other distribution defines (a guarded import that did not run)
 - `frame.package`, `frame.module`, `frame.function`, `frame.path`: any frame
@@ -81,12 +82,24 @@ def _known_package() -> str:
     return "(?:" + "|".join(re.escape(n) for n in names) + ")"
 
 
+def _model_types() -> str:
+    """transformers' model types as its config classes name them (`Qwen2MoeConfig` → `qwen2_moe`, `qwen2moe`), from the name
+    index's releases: a KeyError over one of them is an auto mapping that does not know it (a release older than the model)."""
+    stems = [n[: -len("Config")] for n, dists in index().definers.items() if n.endswith("Config") and "transformers" in dists]
+    forms = {form for stem in stems if len(stem) >= 3 for form in (stem.lower(), "_".join(_HUMPS.findall(stem)).lower())}
+    return "(?:" + "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True) if f) + ")"
+
+
+_HUMPS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z0-9]+|[A-Z]+")
+
+
 #: Words a rule may use as `{name}`: the failure's vocabulary in the words of many layers (written once here), and the
 #: names generated from the fact tables (GPUs and architectures, engine layers) so that the vocabulary grows with them.
 #: RE2-compatible (no look-around, no back-references): the log scanner compiles some into its single pass.
 VOCABULARY: dict[str, Callable[[], str]] = {
     "gpu_kind": _arch_words,
     "known_package": _known_package,
+    "model_types": _model_types,
     "gpu_refused": _gpu_refused,
     "engine_modules": _engine_modules,
     "engine_names": _engine_names,
@@ -170,7 +183,9 @@ def _values(key: str, raised: Raised) -> list[str]:
                 return [side]
             # `indexed`: a release of the callee the index read defines the name; `uncovered`: the callee is a known
             # distribution the index does not read (scipy), so no release list can say it never had the name
-            return [side] + (["indexed"] if crossed.indexed else []) + (["uncovered"] if crossed.uncovered else [])
+            private = crossed.kind == "import_name" and crossed.callee not in ("", "user") and re.search(r"\._[a-z]", crossed.name) is not None
+            flags = (["indexed"] if crossed.indexed else []) + (["uncovered"] if crossed.uncovered else []) + (["private"] if private else [])
+            return [side, *flags]
         case "error.bare":
             return ["yes" if raised.bare else "no"]
         case "error.undefined":

@@ -112,13 +112,14 @@ _EMBEDDED_CALL = re.compile(
 #: `Qwen2TokenizerFast has no attribute tokenizer`), or a module (ComfyUI's `Cannot import X module for custom nodes: module
 #: 'torch.amp' has no attribute 'custom_fwd'`).
 _EMBEDDED_ATTRIBUTE = re.compile(
-    r"(?<![A-Za-z0-9_.'])(?:'[A-Za-z_]\w{0,200}' object|module '[A-Za-z_][\w.]{0,200}'|[A-Z]\w{0,200}[a-z]\w{0,200}) has no attribute '?\w{1,200}'?"
+    r"(?:(?<![A-Za-z0-9_.'])(?:module '[A-Za-z_][\w.]{0,200}'|[A-Z]\w{0,200}[a-z]\w{0,200})|(?<![0-9_.'])'[A-Za-z_]\w{0,200}' object)"
+    r" has no attribute '?\w{1,200}'?"  # a quoted object glued to a label (`PhiPrompt'DynamicCache' object has no …`) too
 )
 
 
 #: Python's ModuleNotFoundError printed without its type, alone or at the end of a sentence (not a warning that goes on:
 #: `No module named 'triton'; using the slow path`).
-_EMBEDDED_MODULE = re.compile(r"(?<![A-Za-z0-9_.])No module named '[A-Za-z_][\w.]{0,200}'(?=[`'\")\].*_\s]*$)")
+_EMBEDDED_MODULE = re.compile(r"(?<![A-Za-z0-9_.])No module named '[A-Za-z_][\w.]{0,200}'(?=[`'\")\].*_\s?？]*$)")  # `…'??????` too
 
 
 #: Python's NameError printed without its type, in any quotes (`name ‘PeftModel’ is not defined`).
