@@ -182,7 +182,8 @@ _DEVICE_ASSERT = r"block:\s*\[\d+,\s*\d+,\s*\d+\],\s*thread:\s*\[\d+,\s*\d+,\s*\
 #: The enum name each printed form without a number or name stands for.
 _FORMS = {"device_assert": "cudaErrorAssert"}
 
-#: Where a code may be printed (torch's old `THCudaCheck FAIL file=… line=271 error=4 : unspecified launch failure` too; a small pattern for a log scanner's single pass, RE2 syntax): an enum name of any family,
+#: Where a code may be printed (torch's old `THCudaCheck FAIL file=… line=271 error=4 : unspecified launch failure` too;
+#: a small pattern for a log scanner's single pass, RE2 syntax): an enum name of any family,
 #: the words a wrapper puts before a message or a number, or a kernel's assertion. `find` then reads the codes from that line.
 TRIGGER = (
     r"\b(?:cudaError[A-Z]\w*|CUDA_ERROR_[A-Z_]+|nccl[A-Z]\w*|CUBLAS_STATUS_[A-Z_]+|CUDNN_STATUS_[A-Z_]+)\b"
