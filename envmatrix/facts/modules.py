@@ -88,6 +88,10 @@ LIBRARIES: frozenset[str] = frozenset(
         "outlines", "xgrammar", "lm_eval", "mlflow", "hydra", "omegaconf", "langchain", "llama_index", "whisper", "torch_xla",
         "keras_nlp", "tensorflow_hub", "tensorflow_addons", "paddle", "oneflow", "mindspore", "qwen_vl_utils", "decord",
         "jinja2", "markupsafe",
+        # web and tooling libraries that training and serving code imports (and that release breaking changes: werkzeug's
+        # `url_quote`, urllib3 2's removed names), and JAX's probabilistic and testing libraries
+        "flask", "werkzeug", "fastapi", "starlette", "uvicorn", "aiohttp", "httpx", "urllib3", "grpc", "click", "typer",
+        "rich", "psutil", "regex", "six", "wrapt", "chex", "numpyro", "Cython",
     }
 )  # fmt: skip
 

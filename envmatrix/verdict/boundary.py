@@ -53,6 +53,7 @@ _REMOVED = re.compile(
     r"(?P<pkg>[A-Za-z][\w-]*) v?\d"
 )
 #: Functions that answer for another: an attribute one refuses was asked for by the frame that called it.
+#: (also a closure of that name: jax's `deprecation_getattr.<locals>.getattr`)
 _ACCESSORS = frozenset({"__getattr__", "__getattribute__", "_getattr", "getattr"})
 #: A library's generic wrapper: a decorator's inner function (`deprecation.wrapped_func`, `functools.wraps` wrappers,
 #: huggingface_hub's `_inner_fn`), a hook or a module dispatcher (torch's `_call_impl`, accelerate's `new_forward`) passes
@@ -166,7 +167,7 @@ def _dist(frame: Frame) -> str:
 
 
 def _looked_through(frame: Frame) -> bool:
-    if frame.package == "python" or frame.function in _ACCESSORS or frame.path.startswith(("<frozen", "<string>")):
+    if frame.package == "python" or frame.function.rsplit(".", 1)[-1] in _ACCESSORS or frame.path.startswith(("<frozen", "<string>")):
         return True
     return bool(frame.package) and _WRAPPER.fullmatch(frame.function) is not None  # a library's wrapper, not the user's
 

@@ -79,6 +79,8 @@ SIGNATURES: dict[str, str] = {
     "import_abi:numpy": r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2|numpy\.dtype size changed, may indicate binary incompatibility"
     r"|module compiled against (?:ABI|API) version 0x[0-9a-f]+ but this version of numpy is 0x[0-9a-f]+|_ARRAY_API not found",
     "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
+    # TensorFlow's and JAX's check of the cuDNN loaded against the one they were built with
+    "import_abi:cudnn_version": r"Loaded runtime CuDNN library: [\d.]+ but source was compiled with:? [\d.]+",
     # an architecture the installed transformers does not know: the probe's wording, then transformers' own
     "unknown_model:probe": r"model_type '[\w.-]+' \([^)]*\) is not known to transformers [\w.]+",
     "unknown_model:auto": r"has model type `[\w.-]+` but Transformers does not recognize this architecture",
@@ -99,6 +101,9 @@ SIGNATURES: dict[str, str] = {
     # NVIDIA's container hook refusing an image whose CUDA the host driver cannot run (`unsatisfied condition: cuda>=12.4,
     # please update your driver to a newer version, or use an earlier cuda container`)
     "driver_too_old:container": r"(?i:unsatisfied condition: cuda\s*>=?\s*\d|please update your (?:nvidia |gpu )?driver)",
+    # the CUDA driver's user-space library and its kernel module from different releases (`kernel version 470.182.3 does not
+    # match DSO version 520.61.5 -- cannot find working devices`): the installed driver is older than the library loaded
+    "driver_too_old:dso": r"kernel version [\d.]+ does not match DSO version [\d.]+",
     "unsupported_gpu:fa2": r"FlashAttention only supports (?:Ampere|Turing) GPUs or newer",
     "unsupported_gpu:head_dim": r"FlashAttention\s+(?:backward|forward)?\s*for\s+head\s*dim\s*\S+\s+(?:\d+\s+)?requires",
     "unsupported_gpu:datacenter": r"requires\s+(?:an?\s+)?A100(?:/A800)?\s+or\s+H100",

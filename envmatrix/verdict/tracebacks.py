@@ -58,6 +58,9 @@ _IPYTHON_CELL = re.compile(r"Cell In\s?\[\d*\],\s*line (?P<line>\d+)")
 _IPYTHON_FILE = re.compile(r"File (?P<path>(?:[A-Za-z]:|~)?[^\s,]{0,1000}\.py):(?P<line>\d+)(?:, in (?P<func>[\w<>.]{1,200}))?")
 #: A lazy module's wrapper (transformers' `_LazyModule`): its message's next line is the inner error, raised importing MODULE.
 #: transformers' lazy-import wrapper, which names the module whose import failed (its words may wrap over two lines).
+#: A plugin loader's wrapper with its cause after a colon (napari's npe2: `Failed to import command at
+#: 'micro_sam.sam_annotator.annotator_3d:Annotator3d': module 'torch.library' has no attribute 'register_fake'`).
+_IMPORT_FAILED = re.compile(r"Failed to import (?:\w+ )?(?:at |from )?['\"](?P<module>[A-Za-z_][\w.]*)(?::[\w.]+)?['\"]\s*:\s+")
 LAZY = re.compile(r"Failed to import (?P<module>[A-Za-z_][\w.]*)\s+because\s+of\s+the\s+following\s+error")
 #: Library exception types that subclass a builtin one and stand in for it where they are raised: torch < 1.8's
 #: `Module.__getattr__` raised `ModuleAttributeError(AttributeError)`; a rule on the builtin type must match them too.
@@ -526,7 +529,7 @@ class Reader:
         because of the following error (look up to see its traceback): cannot import name 'amp' from 'apex'`): read as
         that exception, imported by the module the wrapper names (on the next line it is read as any inner message)."""
         raised = st.last
-        lazy = LAZY.search(raised.value) if raised is not None else None
+        lazy = (LAZY.search(raised.value) or _IMPORT_FAILED.search(raised.value)) if raised is not None else None
         if raised is None or lazy is None:
             return
         cause = raised.value[lazy.end() :].split("\n", 1)[0]
