@@ -312,6 +312,9 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
                 if subclass is not None and subclass.dist == asker:  # the library asks a subclass of its own class
                     subclass = Resolved("user", f"{subclass.reason}, written outside {asker} (your code or the model's remote code)")
                 resolved = subclass or resolved
+            if not resolved.dist and not resolved.candidates and kind in ("attribute", "keyword") and member:
+                shown = {canonical(d) for d in (*near, *(s.dist for s in stated), *installed)}
+                resolved = _base_with(owner, member, kind, shown) or resolved
         elif _owner(name) not in _CONSTRUCTORS:
             resolved = Resolved("", f"{name} names no class or function")
         if wrapper and not resolved.dist and (wrapper in resolved.candidates or wrapper not in index().releases):
@@ -524,6 +527,34 @@ def _distinctive(name: str) -> bool:
     fingerprint of that package even where the log shows it nowhere else; a one-word name (`train`) is not."""
     words = [w for w in name.split("_") if w] if "_" in name else _HUMP.findall(name)
     return len(words) >= 2 and len(definers(name)) == 1
+
+
+def _base_with(owner: str, member: str, kind: str, shown: set[str]) -> Resolved | None:
+    """A class in no index whose name ends in a one-word class several distributions define (`OurTrainer`, `CTCTrainer`:
+    `Trainer`), asked for a member (or given a keyword): the base is the one of them whose classes have that member (take
+    that keyword), or the one the others of those build on (ms-swift and trl on transformers). Two pieces of the message
+    agree where several of those packages have it and all build on one (the origin of the class and its member), or the
+    one is a package the log shows (its frames, the packages it states, the freeze): a `Telechat2Tokenizer` is no subclass
+    of sglang's `Tokenizer` because sglang's classes alone have `apply_chat_template`. None where they do not single one
+    out."""
+    for at in range(1, len(owner) - 1):
+        base = owner[at:]
+        if not base[:1].isupper() or owner[at - 1] == "_" or len(_HUMP.findall(base)) != 1 or len(definers(base)) < 2:
+            continue
+        table: Table = "members" if kind == "attribute" else "keywords"
+        having = resolve(member, table=table)
+        both = [d for d in definers(base) if d in (having.candidates or (having.dist,))]
+        top = [d for d in both if all(o == d or requires(o, d) for o in both)]
+        if len(top) != 1 or (len(both) < 2 and top[0] not in shown):
+            return None  # one package alone is no agreement unless the log shows it
+        has = "have the member" if table == "members" else "take the keyword"
+        said = f"of these the classes of {' and '.join(both)} {has} {member}" + (f" ({top[0]} under the others)" if len(both) > 1 else "")
+        return Resolved(
+            top[0],
+            f"{owner} is in no indexed release; its name ends in {base} ({', '.join(definers(base))} define it), and {said}: a subclass of {top[0]}'s",
+            tuple(both),
+        )
+    return None
 
 
 def _project(caller: str, frames: list[Frame], dists: list[str]) -> str:

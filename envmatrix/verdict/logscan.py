@@ -291,6 +291,7 @@ _GEN: dict[str, bytes] = {
     "labelled": rb"(?i:\b(?:completions?|generations?|generated(?:[ _]text)?|outputs?|responses?|predictions?|preds?|samples?|answers?|decoded"
     rb"|text|content|results?)\b['\"]?\s*[:=])",
     "special_run": rb"(?:<\|?[\w.-]{1,30}\|?>(?:\\n|\s){0,4}){8}",
+    "unk_run": rb"(?:\[(?:UNK|PAD)\](?:\\n|\s){0,4}){8}",  # BERT-style tokenizers' unknown and padding tokens, decoded
     "ids": rb"(?:\d+,(?:\s|\[[^\]\n]*\]|:|\x1b\[[0-9;]*m)*){9}\d",
     "word_run": rb"(?:[A-Za-z]+[^\w\n]{1,3}){24}",
     "char_run": b"|".join(b"%d{%d}" % (d, CHAR_RUN) for d in range(10)),

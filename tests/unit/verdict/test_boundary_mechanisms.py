@@ -113,13 +113,18 @@ AttributeError: 'MyTrainer' object has no attribute 'deepspeed'
     assert "subclasses" in b.callee_reason
 
 
-def test_a_users_subclass_without_a_library_frame_names_no_callee() -> None:
+def test_a_users_subclass_without_a_library_frame_is_named_by_its_base_and_member_together() -> None:
+    """No library frame says whose subclass `MyTrainer` is; its name's base (`Trainer`, which several packages define) and
+    the member asked (`deepspeed`, which of those only ms-swift's and transformers' classes have, ms-swift on top of
+    transformers) say it together. A name that ends in no indexed class still names no callee."""
     log = """Traceback (most recent call last):
   File "/work/mezo-like/my_trainer.py", line 555, in _inner_training_loop
     if self.deepspeed:
 AttributeError: 'MyTrainer' object has no attribute 'deepspeed'
 """
-    assert last_boundary(log).callee == ""
+    assert last_boundary(log).callee == "transformers"
+    assert last_boundary(log.replace("MyTrainer", "MyLoopRunnerThing")).callee == ""
+    assert last_boundary(log.replace("deepspeed", "no_such_member_anywhere")).callee == ""
 
 
 def test_a_bare_cannot_import_line_is_an_import_error() -> None:
