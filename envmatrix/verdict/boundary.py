@@ -45,6 +45,7 @@ _IMPORT = re.compile(r"cannot import name ['‘’]?(?P<member>\w+)['‘’]?(?:
 #: The import statement a frame's source line shows (`from pytorch_transformers.modeling import (CONFIG_NAME,`).
 _FROM = re.compile(r"\s*from\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s+import\b")
 _IMPORT_LINE = re.compile(r"\s*import\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s*(?:$|\bas\b|,)")
+_MODEL_KWARGS = re.compile(r"The following `?model_kwargs`? are not used by the model: \[['\"](?P<member>\w+)")
 _SUBMODULE = re.compile(r"^(?:[A-Z]\w{0,60}:\s+){0,3}No module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
 #: A package's own refusal of a name it removed (`` `np.float_` was removed in the NumPy 2.0 release``, `'HookedTransformer'
 #: was removed in TransformerLens 4.0`): the name, and the package as its release notes spell it.
@@ -181,6 +182,8 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
             return "keyword", m.group("name"), m.group("member") or m.group("multi") or "", ""
         if m := _POSITIONAL.search(text):
             return "positional", m.group("name"), m.group("member") or "", ""
+    if m := _MODEL_KWARGS.search(text):  # transformers' generate, refusing what the model's forward does not take
+        return "keyword", "GenerationMixin.generate", m.group("member"), ""
     if "AttributeError" in types and (m := _ATTRIBUTE.search(text)):
         if m.group("mod"):
             return "attribute", m.group("mod"), m.group("member"), m.group("mod")
@@ -315,6 +318,8 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
             if not resolved.dist and not resolved.candidates and kind in ("attribute", "keyword") and member:
                 shown = {canonical(d) for d in (*near, *(s.dist for s in stated), *installed)}
                 resolved = _base_with(owner, member, kind, shown) or resolved
+            if not resolved.dist and not resolved.candidates:
+                resolved = _named_for(owner) or resolved
         elif _owner(name) not in _CONSTRUCTORS:
             resolved = Resolved("", f"{name} names no class or function")
         if wrapper and not resolved.dist and (wrapper in resolved.candidates or wrapper not in index().releases):
@@ -527,6 +532,20 @@ def _distinctive(name: str) -> bool:
     fingerprint of that package even where the log shows it nowhere else; a one-word name (`train`) is not."""
     words = [w for w in name.split("_") if w] if "_" in name else _HUMP.findall(name)
     return len(words) >= 2 and len(definers(name)) == 1
+
+
+def _named_for(owner: str) -> Resolved | None:
+    """A class in no indexed release whose name spells an indexed package's import name in its words
+    (`FP16_DeepSpeedZeroOptimizer`: an older deepspeed's optimizer): that package's, from a release the index did not read.
+    Names of six letters or more only: a short one (`ray`, `trl`) is a word of too many class names."""
+    words = [w.lower() for part in owner.split("_") for w in _HUMP.findall(part)]
+    packages = index().packages
+    for i in range(len(words)):
+        for j in range(i + 1, min(len(words), i + 4) + 1):
+            name = "".join(words[i:j])
+            if len(name) >= 6 and (dist := packages.get(name)) and dist in index().releases:
+                return Resolved(dist, f"{owner} is in no indexed release; its name spells {name}: a class of {dist}'s, from another release")
+    return None
 
 
 def _base_with(owner: str, member: str, kind: str, shown: set[str]) -> Resolved | None:

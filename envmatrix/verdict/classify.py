@@ -15,6 +15,7 @@ garbled attention beats the zero advantages it produces; specific crashes beat a
 from __future__ import annotations
 
 import math
+import re
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -266,13 +267,26 @@ def _crash(f: RunFacts) -> str | None:
     if num is not None and num not in (signal.SIGINT, signal.SIGTERM, signal.SIGFPE) and not (num == signal.SIGABRT and nccl) and not killed_for_time:
         return f"process killed by {_signal_name(num)} (exit status {f.exit_code})" + (f"; {device}" if device else "")
     variant = f.scan.first_variant(Outcome.CRASH)
-    if variant is not None and not (nccl and variant in ("exitcode", "elastic", "core") and _aborted(f.scan.hits[f"crash:{variant}"].line)):
+    if variant is not None and not (nccl and _consequence(variant, f.scan.hits[f"crash:{variant}"].line)):
         return f.scan.hits[f"crash:{variant}"].quote()
     return device
 
 
 def _aborted(line: str) -> bool:
     return "-6" in line or "SIGABRT" in line or "Signal 6" in line or "Aborted" in line
+
+
+def _consequence(variant: str, line: str) -> bool:
+    """A crash notice that, in a run with an NCCL failure, reports that failure's end rather than a cause of its own: the
+    watchdog's abort (SIGABRT), or a worker death that names no signal (Ray's `A worker died or was killed … by an
+    unexpected system error` after ProcessGroupNCCL's errors)."""
+    if variant in ("exitcode", "elastic", "core"):
+        return _aborted(line)
+    return variant == "worker_died" and (_aborted(line) or _SIGNAL_NAMED.search(line) is None)
+
+
+#: A signal (or the OOM killer) that a worker-death notice names as what ended the process.
+_SIGNAL_NAMED = re.compile(r"SIG(?:SEGV|BUS|ILL|KILL|FPE)|[Ss]ignal:? (?:4|7|8|9|11|Killed)\b|[Ss]egmentation|Bus error|\bOOM\b|[Oo]ut of memory")
 
 
 def _error(f: RunFacts) -> str | None:

@@ -139,6 +139,8 @@ SIGNATURES: dict[str, str] = {
     "oom:free_memory": r"Free memory on device[^\n]*(?:less than|lower than|not enough)",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
+    # DeepSpeed ZeRO's reduction hook firing twice for one parameter (reentrant checkpointing, as DDP's above)
+    "ddp_ready_twice:zero": r"Gradient\s+computed\s+twice\s+for\s+this\s+partition",
     "grad_lost:element0": r"element\s+\d+\s+of\s+(?:tensors|variables)\s+does\s+not\s+require\s+grad",  # 'variables': torch < 1.0
     "grad_lost:none_output": r"none\s+of\s+output\s+has\s+requires_grad=True",
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
@@ -182,7 +184,10 @@ SIGNATURES: dict[str, str] = {
     "nccl_error:old_warn": r"\b(?:include|transport|misc|graph|proxy|bootstrap|init|enqueue|collectives)/[\w/]*\.(?:h|cc|cu):\d+ WARN\b"
     r"[^\n]*(?i:failed|error|closed|refused|timed? ?out|abort|unreachable|not supported)",
     # NCCL's InfiniBand transport reporting a failed work completion (`NET/IB : Got completion from peer … with status=12`)
-    "nccl_error:ib_completion": r"Got completion from peer \S+ with (?:status=|error )[1-9]",
+    "nccl_error:ib_completion": r"Got completion from peer \S+ with (?:status=|error )[1-9]"
+    # the verbs library's words for a failed work completion, in any collective library's log (UCCL's `CQE ERROR … status=12
+    # (transport retry counter exceeded)`, NCCL's and UCX's too)
+    r"|(?i:transport retry counter exceeded|remote access error|remote operation error|local protection error)",
     # ProcessGroupNCCL's (and Gloo's) error and fatal log records (`[E429 13:55:49.38 ProcessGroupNCCL.cpp:1743]`; its
     # warnings are `W`): it logs at those levels only on the way to an abort, whatever the wrapped message after them says
     "nccl_error:pg_log": r"\[[EF](?:\d{3,4}\s+[\d:.]+)?\s+ProcessGroup(?:NCCL|Gloo)\.cpp:\d+\]",
@@ -223,7 +228,8 @@ SIGNATURES: dict[str, str] = {
     # the scheduler's mail (PBS `Job exceeded its walltime limit. Job was aborted`, Moab `job exceeded wallclock limit`)
     r"|(?i:job exceeded (?:its )?wall[- ]?(?:time|clock) limit)",
     # not an outcome: an engine that failed to start (vLLM's EngineCore); its cause line decides, else it is the engine's failure
-    "notice:engine_start": r"EngineCore failed to start|Engine core initialization failed",
+    # (or that died running: vLLM's `EngineCore encountered a fatal error` over a traceback an excerpt may cut)
+    "notice:engine_start": r"EngineCore failed to start|Engine core initialization failed|EngineCore encountered a fatal error",
     # not an outcome: the user's own words that the model's output is garbled (a reply too short to measure, or told only in
     # prose: `the response is gibberish`, `（乱码循环）`); decides only where nothing else does
     "notice:said_garbled": r"(?i:\bgibberish\b|\bgarbled (?:output|text|tokens?|characters?|responses?|replies|answers?|generations?)\b"
@@ -233,7 +239,10 @@ SIGNATURES: dict[str, str] = {
     r"|\bnonsense (?:output|text|answers?|responses?|replies|generations?)\b"
     r"|(?:outputs?|answers?|responses?|replies|generations?) (?:is|are|was|were) nonsense\b"
     r"|\brepetitive (?:output|text|answers?|responses?|replies|generations?)\b"
-    r"|\b(?:keeps? )?repeat(?:s|ing)? (?:itself|the same (?:words?|tokens?|phrases?|sentences?)) (?:endlessly|forever|over and over))",
+    r"|\b(?:keeps? )?repeat(?:s|ing)? (?:itself|the same (?:words?|tokens?|phrases?|sentences?)) (?:endlessly|forever|over and over)"
+    # endless repetition, and an output told as a run of `!` (a reply too short to measure: `输出为'!!!!...'`)
+    r"|\b(?:endless(?:ly)?|infinite(?:ly)?)\s+repeat\w*|\brepeating\s+(?:special\s+)?(?:characters|tokens|symbols)\b"
+    r"|(?:\boutputs?|\bresponses?|\bgenerat\w*|输出|回复|回答)(?s:.{0,30}?)[!！]{4,})",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
@@ -246,7 +255,8 @@ SIGNATURES: dict[str, str] = {
     r"|requires?\s+[A-Za-z][\w.-]*\s*[<>=!~]=?\s*\d[\w.]*,?\s+(?:but\s+)?got\s+v?\d"
     r"|is\s+installed\s+with\s+version\s+v?\d[\w.]*,?\s+which\s+is\s+(?:less|lower|older)\s+than\s+the\s+minimum"
     r"|distribution\s+was\s+not\s+found\s+and\s+is\s+required\s+by|\),\s+Requirement\.parse\("
-    r"|==\s*v?\d[\w.]*\s+is\s+(?:used|installed)\s*,?\s+but\s+(?:it\s+is\s+)?incompatible|,?\s+but\s+this\s+version\s+of\s+[\w.-]+\s+requires\s)",
+    r"|==\s*v?\d[\w.]*\s+is\s+(?:used|installed)\s*,?\s+but\s+(?:it\s+is\s+)?incompatible|,?\s+but\s+this\s+version\s+of\s+[\w.-]+\s+requires\s"
+    r"|incompatible\s+version\s+of\s+[\w.-]+\.?\s+Found\s+version|\s+is\s+(?:newer|older)\s+than\s+and\s+incompatible\s+with\s)",
 }
 # Facts a remedy names (the cuBLAS version loaded, the sampling and group settings, the model and attention);
 # the value is the group named VALUE, or the matched text for a fact that is a presence.
@@ -309,7 +319,7 @@ _STRUCT = (
     rb"|[a-z0-9] has no attribute \w|' has no attribute '|No module named '"
     rb"|\(\) got an unexpected keyword argument '|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
     rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?: '|\(\) got multiple values for (?:keyword )?argument '"
-    rb"|[Uu]nexpected keyword argument '|"
+    rb"|[Uu]nexpected keyword argument '|model_kwargs`? are not used by the model|"
     + "\\bname [`'\"‘’]\\w+[`'\"‘’] is not defined".encode()
     + rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault|NotFound|Conflict|OfResources)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|:[A-Z]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"  # `ValueError:Network …` too

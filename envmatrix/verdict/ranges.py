@@ -71,6 +71,20 @@ _RANGES = (
         r"(?:at least |a minimum )?(?:version )?(?P<least>v?\d[\w.]*\d)",
         re.I,
     ),
+    # optimum's check of a library it builds on (`Found an incompatible version of auto-gptq. Found version 0.4.2, but only
+    # version above 0.4.99 are supported`)
+    re.compile(
+        r"incompatible version of (?P<pkg>[A-Za-z][\w-]*(?:\.[\w-]+)*)\.?\s+Found version (?P<found>v?\d[\w.+]*?),? but only versions? "
+        r"(?:above|greater than|>=?|from) (?P<least>v?\d[\w.]*\d)",
+        re.I,
+    ),
+    # jax's check of its compiled companion from the other side (`jaxlib version 0.4.14 is newer than and incompatible with jax
+    # version 0.4.6`): what the checker takes is no newer (no older) than its own release
+    re.compile(
+        r"(?P<pkg>[A-Za-z][\w.-]*) version (?P<found>v?\d[\w.+]*?) is (?P<way>newer|older) than and incompatible with "
+        r"(?P<who>[A-Za-z][\w.-]*) version (?P<bound>v?\d[\w.]*\d)",
+        re.I,
+    ),
     # sglang's own check: `sgl-kernel is installed with version 0.1.0, which is less than the minimum required version 0.1.1`
     re.compile(
         r"(?P<pkg>[A-Za-z][\w.-]*) is installed with version (?P<found>v?\d[\w.+]*?),? which is (?:less|lower|older) than the "
@@ -117,6 +131,9 @@ def read_range(text: str) -> Range | None:
                 package = (groups.get("named") or groups.get("src") or "").lower()
                 needed = f">={groups['min'].rstrip('.')}" if groups.get("min") else f">{groups['found'].rstrip('.')}"  # a source install
                 return Range(package, needed, groups["found"].rstrip("."), "", text.strip()[:400])
+            if groups.get("way"):  # no newer (older) than the checker's own release
+                needed = f"{'<=' if groups['way'].lower() == 'newer' else '>='}{groups['bound']}"
+                return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])
             if groups.get("least"):
                 needed = f">={groups['least'].rstrip('.')}"
                 return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])

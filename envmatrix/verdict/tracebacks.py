@@ -125,6 +125,10 @@ _EMBEDDED_ATTRIBUTE = re.compile(
 _EMBEDDED_MODULE = re.compile(r"(?<![A-Za-z0-9_.])No module named '[A-Za-z_][\w.]{0,200}'(?=[`'\")\].*_\s?？]*$)")  # `…'??????` too
 
 
+#: transformers' generate refusing keywords, printed without its type or under a mistyped one (`valueError: …`).
+_EMBEDDED_KWARGS = re.compile(r"The following `?model_kwargs`? are not used by the model: \[[^\]\n]{0,2000}\]?")
+
+
 #: Python's NameError printed without its type, in any quotes (`name ‘PeftModel’ is not defined`).
 _EMBEDDED_NAME = re.compile(r"(?<![A-Za-z0-9_.])name [`'‘’\"](?P<name>[A-Za-z_]\w{0,200})[`'‘’\"] is not defined")
 
@@ -137,6 +141,8 @@ def _embedded(text: str, in_traceback: bool) -> tuple[str, str, bool] | None:
         return "ImportError", _said(embedded), text[: embedded.start()].rstrip().endswith("ImportError:")
     if ("() " in text or "nexpected keyword" in text) and (keyword := _EMBEDDED_CALL.search(text)):
         return "TypeError", keyword.group(0), False  # a logger's `Engine loop error: f() got an unexpected keyword …`
+    if "model_kwargs" in text and (kwargs := _EMBEDDED_KWARGS.search(text)):
+        return "ValueError", kwargs.group(0), False  # `**valueError: The following `model_kwargs` …` as a user typed it
     if in_traceback:
         return None
     if "has no attribute" in text and "circular import" not in text and (attribute := _EMBEDDED_ATTRIBUTE.search(text)):
@@ -366,6 +372,7 @@ class _Stream:
     code: tuple[str, int] | None = None  # the last line read that looks like code, not consumed otherwise, and its number
     first_line: int = 0  # the log line of the first frame of the traceback under construction
     hidden: tuple[int, str, str] | None = None  # frames a notebook folded (`8 frames`): after how many, its words, the source above
+    wrapper: tuple[str, int] | None = None  # a lazy-import wrapper's line printed without its type: the module it names, its line
 
 
 class Reader:
@@ -497,7 +504,9 @@ class Reader:
         if lazy and inner:
             bare = "AttributeError"  # the wrapper prints its inner error's message without the type: the message says it
         if bare:
-            importer = lazy.group("module") if lazy else ""
+            importer = lazy.group("module") if lazy else st.wrapper[0] if st.wrapper is not None and st.wrapper[1] == line_no - 1 else ""
+            if importer and f"'{importer}'" in text:  # the wrapper names the very module that is missing: not its importer
+                importer = ""
             self._emit(st, Raised(bare, text[:MAX_VALUE], (), line_no, text[:400], logical.stream, bare=not typed, importer=importer))
             st.value_lines, st.logged = 0, logical.logged
             return True
@@ -540,9 +549,12 @@ class Reader:
     def code_above(self, logical: Logical, line_no: int) -> None:
         """A line that looks like code and was read as nothing else: the source line of an exception printed right under
         it without its frame (an excerpt that kept two lines; an import statement at any indent: `from torch._six import
-        container_abcs` over the ImportError that names no `from`)."""
+        container_abcs` over the ImportError that names no `from`); or a lazy-import wrapper's line without its type (`!!!
+        Exception during processing !!! Failed to import X because of …`) over its cause."""
         if (logical.indent >= 2 and "(" in logical.text and _CODE.match(logical.text)) or _IMPORT_STATEMENT.match(logical.text):
             self.streams.setdefault(logical.stream, _Stream()).code = (logical.text, line_no)
+        elif "Failed to import" in logical.text and (lazy := LAZY.search(logical.text)):  # a wrapper's line a logger printed untyped
+            self.streams.setdefault(logical.stream, _Stream()).wrapper = (lazy.group("module"), line_no)
 
     def _wrapped(self, logical: Logical, line_no: int) -> str | None:
         """The stream whose message this line goes on with, when a terminal wrapped it: a line starting in lower case right
