@@ -170,7 +170,9 @@ def _alternation(texts: Iterable[str]) -> str:
 
 #: How wrappers print a CUDA message: torch's `CUDA error: <msg>`, the old `cuda runtime error (2) : <msg>`, CTranslate2's
 #: `CUDA failed with error <msg>`, `CUDA driver error: <msg>`, and a bare `Error 803: <msg>` (torch's device-count warning).
-_CUDA_CONTEXT = r"(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|failed\s+with\s+error)|\berror(?:\s+|=)\d{1,4})\s*(?:\(\d{1,4}\)\s*)?[:=]?\s*"
+_CUDA_CONTEXT = (
+    r"(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|failed\s+with\s+error)|\berror(?:\s+|=)\d{1,4})\s*(?:\(\d{1,4}\)\s*|\([^)\n]{1,300}:\d+\)\s*)?[:=]?\s*"
+)
 #: NCCL's strings come after `NCCL error`, `NCCL Error 2:`, torch's `NCCL error in: <file>:<line>, ` and the like.
 _NCCL_CONTEXT = r"(?i:nccl)[^\n]{0,160}?"
 

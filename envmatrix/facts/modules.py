@@ -27,6 +27,10 @@ DISTRIBUTIONS: dict[str, str] = {
     "whisper": "openai-whisper",
     "paddle": "paddlepaddle",
     "hydra": "hydra-core",
+    "fastchat": "fschat",
+    "nemo": "nemo-toolkit",
+    "llama_cpp": "llama-cpp-python",
+    "awq": "autoawq",
     # library names in transformers' `X requires the <library> library` messages
     "PyTorch": "torch",
     "TensorFlow": "tensorflow",

@@ -45,8 +45,11 @@ _IMPORT = re.compile(r"cannot import name ['‘’]?(?P<member>\w+)['‘’]?(?:
 #: The import statement a frame's source line shows (`from pytorch_transformers.modeling import (CONFIG_NAME,`).
 _FROM = re.compile(r"\s*from\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s+import\b")
 _IMPORT_LINE = re.compile(r"\s*import\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s*(?:$|\bas\b|,)")
+#: A package's own refusal of a name it moved elsewhere (pydantic 2: `` `BaseSettings` has been moved to the
+#: `pydantic-settings` package``).
+_MOVED = re.compile(r"^[`'\"]?(?P<name>[A-Za-z_]\w*)[`'\"]? (?:has been|was) moved (?:to|into)\b")
 _MODEL_KWARGS = re.compile(r"The following `?model_kwargs`? are not used by the model: \[['\"](?P<member>\w+)")
-_SUBMODULE = re.compile(r"^(?:[A-Z]\w{0,60}:\s+){0,3}No module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
+_SUBMODULE = re.compile(r"^(?:[A-Z]\w{0,60}:\s+){0,3}[Nn]o module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
 #: A package's own refusal of a name it removed (`` `np.float_` was removed in the NumPy 2.0 release``, `'HookedTransformer'
 #: was removed in TransformerLens 4.0`): the name, and the package as its release notes spell it.
 _REMOVED = re.compile(
@@ -190,6 +193,8 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
         return "attribute", m.group("cls") or m.group("type") or m.group("bare"), m.group("member"), ""
     if {"AttributeError", "ImportError"} & set(types) and (m := _REMOVED.search(text)) and (module := _import_of(m.group("pkg"))):
         return "attribute", module, m.group("name").rsplit(".", 1)[-1], module
+    if any(t.endswith(("AttributeError", "ImportError")) for t in types) and (m := _MOVED.search(text)) and (module := _raiser(raised)):
+        return "import_name", module, m.group("name"), module  # a name the installed release moved out (pydantic 2)
     if {"ImportError", "ModuleNotFoundError"} & set(types):
         if (m := _IMPORT.search(text)) and m.group("mod"):
             return "import_name", m.group("mod"), m.group("member"), m.group("mod")
@@ -201,6 +206,15 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
         if (m := _SUBMODULE.search(text)) and _known(m.group("mod")):
             return "submodule", m.group("mod").split(".")[0], m.group("mod"), m.group("mod")
     return None
+
+
+def _raiser(raised: Raised) -> str:
+    """The import package that raised: its exception type's own module (`pydantic.errors.PydanticImportError`), else the
+    innermost library frame's."""
+    if "." in raised.type and _known(raised.type.split(".")[0]):
+        return raised.type.split(".")[0]
+    frame = next((f for f in reversed(raised.frames) if f.package not in ("", "python") and f.module), None)
+    return frame.module.split(".")[0] if frame is not None else ""
 
 
 def _import_of(spelled: str) -> str:

@@ -118,6 +118,10 @@ SIGNATURES: dict[str, str] = {
     "oom:cuda": r"CUDA out of memory",
     # torch's allocator message without its first words (an excerpt that kept its tail)
     "oom:tail": r"Tried to allocate [\d.]+ [KMGT]i?B \(GPU \d+; [\d.]+ [KMGT]i?B total capacity",
+    # Paddle's allocator (`Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0`), and a device allocation
+    # call failing in any framework's words (MXNet: `cudaMalloc retry failed: out of memory`)
+    "oom:alloc": r"Out of memory error on (?:GPU|XPU|NPU) \d+|Cannot allocate [\d.]+\s?[KMGT]i?B memory on (?:GPU|XPU|NPU)"
+    r"|\b(?:cudaMalloc|cuMemAlloc|hipMalloc)\w*(?: retry)? failed: out of memory|(?i:alloc(?:ate)? device memory failed)",
     "oom:error": r"OutOfMemoryError",
     "oom:hip": r"(?:HIP|NPU|XPU|MPS backend) out of memory",
     "oom:hip_enum": r"hipErrorOutOfMemory|HIP_ERROR_OutOfMemory",  # CUDA's, cuBLAS's and cuDNN's codes are facts/errorcodes.py's
@@ -146,7 +150,7 @@ SIGNATURES: dict[str, str] = {
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
-    "nan_loss:phrase": r"(?i:\bloss\s+(?:is|became|becomes|was|went)\s+(?:nan|inf)\b)",
+    "nan_loss:phrase": r"(?i:\bloss(?:es)?\s+(?:is|are|became|becomes|was|were|went|goes|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:to\s+)?(?:nan|inf)\b)",
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
     "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore"
@@ -179,6 +183,8 @@ SIGNATURES: dict[str, str] = {
     # ProcessGroupNCCL's own watchdog line (`[E ProcessGroupNCCL.cpp:1537] ... Timeout at NCCL work: 15734`), printed as a log
     # record, not an exception, before the process is torn down
     "nccl_error:pg_timeout": r"Timeout at NCCL work:\s*\d+",
+    # the C++ trace of ProcessGroupNCCL's watchdog raising (its own message may be cut above it)
+    "nccl_error:watchdog_trace": r"Exception raised from (?:ncclCommWatchdog|watchdogHandler|checkTimeout) at\b",
     # the same WARN lines as NCCL before 2.4 printed them: its source file, no `NCCL` word (`include/socket.h:344 WARN
     # Socket creation failed : Address family not supported by protocol`)
     "nccl_error:old_warn": r"\b(?:include|transport|misc|graph|proxy|bootstrap|init|enqueue|collectives)/[\w/]*\.(?:h|cc|cu):\d+ WARN\b"
@@ -197,7 +203,8 @@ SIGNATURES: dict[str, str] = {
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     # a negative status is the signal that killed the process, in a launcher's or a wrapper's words (`died with
     # <Signals.SIGSEGV: 11>`, `returned non-zero exit status -9`, `ERROR: error code -9`)
-    "crash:status": r"(?:exit|error|return)[ _]?(?:code|status)\s*[:=]?\s*-(?:4|6|7|9|11)\b|<Signals\.SIG(?:ILL|ABRT|BUS|KILL|SEGV): \d+>",
+    "crash:status": r"(?:exit|error|return)[ _]?(?:code|status)\s*[:=]?\s*-(?:4|6|7|9|11)\b|<Signals\.SIG(?:ILL|ABRT|BUS|KILL|SEGV): \d+>"
+    r"|exited on signal (?:4|6|7|9|11)\b",  # mpirun's (`process rank 4 with PID 0 on node n1 exited on signal 9 (Killed)`)
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     # also torch's DataLoader (`Unexpected segmentation fault encountered in worker`), and AddressSanitizer's report of the
     # same signal (`AddressSanitizer: SEGV on unknown address`, `AddressSanitizer:DEADLYSIGNAL`)
@@ -242,6 +249,7 @@ SIGNATURES: dict[str, str] = {
     r"|\b(?:keeps? )?repeat(?:s|ing)? (?:itself|the same (?:words?|tokens?|phrases?|sentences?)) (?:endlessly|forever|over and over)"
     # endless repetition, and an output told as a run of `!` (a reply too short to measure: `输出为'!!!!...'`)
     r"|\b(?:endless(?:ly)?|infinite(?:ly)?)\s+repeat\w*|\brepeating\s+(?:special\s+)?(?:characters|tokens|symbols)\b"
+    r"|\brepeat(?:s|ed|ing)?\s+until\s+(?:the\s+)?max(?:imum)?\s*(?:new\s+)?(?:tokens?|length)"
     r"|(?:\boutputs?|\bresponses?|\bgenerat\w*|输出|回复|回答)(?s:.{0,30}?)[!！]{4,})",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
@@ -303,7 +311,7 @@ _GEN: dict[str, bytes] = {
     "special_run": rb"(?:<\|?[\w.-]{1,30}\|?>(?:\\n|\s){0,4}){8}",
     "unk_run": rb"(?:\[(?:UNK|PAD)\](?:\\n|\s){0,4}){8}",  # BERT-style tokenizers' unknown and padding tokens, decoded
     "ids": rb"(?:\d+,(?:\s|\[[^\]\n]*\]|:|\x1b\[[0-9;]*m)*){9}\d",
-    "word_run": rb"(?:[A-Za-z]+[^\w\n]{1,3}){24}",
+    "word_run": rb"(?:[A-Za-z][A-Za-z0-9]*[^\w\n]{1,3}){24}",  # words, or tokens with digits (`p412 p412 …`)
     "char_run": b"|".join(b"%d{%d}" % (d, CHAR_RUN) for d in range(10)),
     "non_ascii": rb"[^\x00-\x7f]{%d}" % CHAR_RUN,  # no longer than the shortest run garble.py convicts: else never judged
     # a letter of another script between Latin letters, no space between (`ağrıAllWindows`): salad of multilingual tokens
@@ -316,7 +324,7 @@ _GEN: dict[str, bytes] = {
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
     rb"|terminate called after throwing an instance of|cannot import name \W{0,3}\w|' object has no attribute '"
-    rb"|[a-z0-9] has no attribute \w|' has no attribute '|No module named '"
+    rb"|[a-z0-9] has no attribute \w|' has no attribute '|[Nn]o module named '"
     rb"|\(\) got an unexpected keyword argument '|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
     rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?: '|\(\) got multiple values for (?:keyword )?argument '"
     rb"|[Uu]nexpected keyword argument '|model_kwargs`? are not used by the model|"

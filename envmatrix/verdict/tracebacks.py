@@ -122,7 +122,7 @@ _EMBEDDED_ATTRIBUTE = re.compile(
 
 #: Python's ModuleNotFoundError printed without its type, alone or at the end of a sentence (not a warning that goes on:
 #: `No module named 'triton'; using the slow path`).
-_EMBEDDED_MODULE = re.compile(r"(?<![A-Za-z0-9_.])No module named '[A-Za-z_][\w.]{0,200}'(?=[`'\")\].*_\s?？]*$)")  # `…'??????` too
+_EMBEDDED_MODULE = re.compile(r"(?<![A-Za-z0-9_.])[Nn]o module named '[A-Za-z_][\w.]{0,200}'(?=[`'\")\].*_\s?？]*$)")  # `…'??????` too
 
 
 #: transformers' generate refusing keywords, printed without its type or under a mistyped one (`valueError: …`).
@@ -147,7 +147,7 @@ def _embedded(text: str, in_traceback: bool) -> tuple[str, str, bool] | None:
         return None
     if "has no attribute" in text and "circular import" not in text and (attribute := _EMBEDDED_ATTRIBUTE.search(text)):
         return "AttributeError", attribute.group(0), False  # `提示Qwen2TokenizerFast has no attribute tokenizer`
-    if "No module named" in text and (missing := _EMBEDDED_MODULE.search(text)):
+    if "o module named" in text and (missing := _EMBEDDED_MODULE.search(text)):
         return "ModuleNotFoundError", missing.group(0), False  # `No module named 'torchao.quantization.prototype'` alone
     if "is not defined" in text and (undefined := _EMBEDDED_NAME.search(text)):
         return "NameError", f"name '{undefined.group('name')}' is not defined", False  # Python's words, straight quotes
