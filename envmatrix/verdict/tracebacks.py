@@ -166,6 +166,9 @@ def _said(m: re.Match[str]) -> str:
     return said + (f" from '{m.group('mod')}'{m.group('path') or ''}" if m.group("mod") else "")
 
 
+#: A message that starts with the exception it wraps (torch inductor's `LoweringException: ImportError: cannot import name
+#: 'triton_key' from 'triton.compiler.compiler'`): the wrapped type is read as the one it stands for, its message as the value.
+_WRAPS_BUILTIN = re.compile(r"(?P<type>ImportError|ModuleNotFoundError|AttributeError|TypeError|NameError):\s(?P<value>.*)", re.S)
 #: A type that is only a word (`Error: ModuleNotFoundError: …`, a wrapper's or a user's label): where an exception line
 #: follows it, that line is the exception (outside a traceback, where Python prints the type it raised).
 _GENERIC = frozenset({"Error", "Exception"})
@@ -600,14 +603,18 @@ class Reader:
         source = st.source if st.frames else st.code[0] if st.code is not None and st.code[1] == line_no - 1 else ""
         if not st.frames and stream and (cut := self.streams.get("")) is not None and cut.frames and cut.in_traceback and 0 < line_no - cut.frame_line <= 3:
             st.frames, cut.frames, cut.in_traceback, st.headless = cut.frames, [], False, True  # a cut frame line that lost its rank's prefix
+        value = _ACTOR.sub("", (m.group("value") or (m.groupdict().get("repr") or "")[1:-1]).strip())[:MAX_VALUE]
+        inner = m.groupdict().get("inner") or ""
+        if not inner and (wrapped := _WRAPS_BUILTIN.match(value)):  # `LoweringException: ImportError: cannot import name …`
+            inner, value = wrapped.group("type"), wrapped.group("value")
         raised = Raised(
             m.group("type"),
-            _ACTOR.sub("", (m.group("value") or (m.groupdict().get("repr") or "")[1:-1]).strip())[:MAX_VALUE],
+            value,
             tuple(st.frames),
             line_no,
             text[:400],
             stream,
-            m.groupdict().get("inner") or "",
+            inner,
             ignored=st.ignored_next,
             cause=cause,
             headless=st.headless,

@@ -1,4 +1,4 @@
-"""Issue 41, eleventh and twelfth rounds: failures in the words of other layers (a shell's bold `Killed`, a CI runner's
+"""Issue 41, eleventh to sixteenth rounds: failures in the words of other layers (a shell's bold `Killed`, a CI runner's
 job limit, HIP's and THC's codes, a meter's poisoned average, a logger's table, Hydra's shortened error, blank boxes for
 generated text, bitsandbytes' native library missing), and the importer or caller where the frames do not show it (a
 statement pasted over a frameless import, a lazy wrapper's chained cause, Colab's folded frames, a decorator passing its
@@ -117,3 +117,77 @@ def test_distutils_is_setuptools_and_a_private_module_is_a_release_boundary() ->
     assert sides(log)[:2] == ("torch", "setuptools")
     private = "from torch._six import container_abcs\nImportError: cannot import name 'container_abcs'\n"
     assert verdict(private) == "api_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ("E cuda_diagnostics.cc:312] kernel version 470.182.3 does not match DSO version 520.61.5 -- cannot find working devices\n", "driver_too_old"),
+        ("Loaded runtime CuDNN library: 8.0.5 but source was compiled with: 8.1.0.  CuDNN library needs to have matching major version\n", "import_abi"),
+        ("Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0, available memory is only 416.625000MB.\n", "oom"),
+        ("训练时报`MXNetError: cudaMalloc retry failed: out of memory`错误\n", "oom"),
+        ("mpirun noticed that process rank 4 with PID 0 on node localhost exited on signal 9 (Killed).\n", "crash"),
+        ("In the second epoch, the loss turn up nan\n", "nan_loss"),
+        ("0 ||| " + "p412 " * 24 + "||| F0= 0.1\n", "garbled_output"),
+        ("CUDA error (/workspace/flash-attention/hopper/flash_fwd_launch_template.h:198): an illegal memory access was encountered\n", "crash"),
+        ("Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1521 (most recent call first):\n", "nccl_error"),
+        ("CQE ERROR wr_id=3 status=12(transport retry counter exceeded) opcode=1 byte_len=0\n", "nccl_error"),
+        ("AssertionError: The parameter 666 has already been reduced.\n   Gradient computed twice for this partition.\n", "ddp_ready_twice"),
+        (
+            "ERROR 04-28 02:37:03 [core.py:398] EngineCore encountered a fatal error.\nERROR 04-28 02:37:03 [core.py:398] Traceback (most recent call last):\n",
+            "engine_error",
+        ),
+        ("ImportError: Apex was not found. Please see the NeMo README for installation instructions\n", "missing_module"),
+        ("After launching the model, the response repeated until max tokens\n", "garbled_output"),
+        ("#### Error: no module named 'tensorflow.keras'\n", "api_mismatch"),
+        (
+            "LoweringException: ImportError: cannot import name 'triton_key' from 'triton.compiler.compiler' (/x/site-packages/triton/compiler/compiler.py)\n",
+            "api_mismatch",
+        ),
+    ],
+)
+def test_a_failure_in_its_own_layers_words_later_rounds(log: str, expected: str) -> None:
+    assert verdict(log) == expected, log
+
+
+def test_a_worker_death_naming_no_signal_is_the_consequence_of_an_nccl_failure() -> None:
+    died = "(raylet) A worker died or was killed while executing a task by an unexpected system error.\n"
+    nccl = "[rank1]:[E1224 13:23:05.483840160 ProcessGroupNCCL.cpp:542] [Rank 12] Collective WorkNCCL(SeqNum=1) raised an async exception\n"
+    assert verdict(died + nccl) == "nccl_error"
+    assert verdict(died.replace("unexpected system error", "SIGSEGV") + nccl) == "crash"  # a signal of its own: its own cause
+
+
+def test_range_statements_in_optimums_and_jaxs_words_name_both_sides() -> None:
+    optimum = (
+        "Traceback (most recent call last):\n"
+        f'  File "{SITE}/optimum/utils/import_utils.py", line 116, in is_auto_gptq_available\n'
+        "    raise ImportError(\n"
+        "ImportError: Found an incompatible version of auto-gptq. Found version 0.4.2, but only version above 0.4.99 are supported\n"
+    )
+    assert sides(optimum)[:2] == ("optimum", "auto-gptq")
+    jax = "RuntimeError: jaxlib version 0.4.14 is newer than and incompatible with jax version 0.4.6. Please update your jax and/or jaxlib packages.\n"
+    assert sides(jax)[:2] == ("jax", "jaxlib")
+
+
+def test_generates_refused_model_kwargs_and_a_moved_name_are_mismatches_with_their_package() -> None:
+    kwargs = "ValueError: The following `model_kwargs` are not used by the model: ['past'] (note: typos in the generate arguments)\n"
+    assert sides(kwargs)[1] == "transformers"
+    moved = (
+        "Traceback (most recent call last):\n"
+        f'  File "{SITE}/fastchat/serve/api.py", line 3, in <module>\n'
+        "    from pydantic import BaseSettings\n"
+        f'  File "{SITE}/pydantic/__init__.py", line 374, in __getattr__\n'
+        "    return _getattr_migration(attr_name)\n"
+        "pydantic.errors.PydanticImportError: `BaseSettings` has been moved to the `pydantic-settings` package.\n"
+    )
+    assert sides(moved)[:2] == ("fschat", "pydantic")
+
+
+def test_a_class_whose_name_spells_a_package_is_that_packages() -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        f'  File "{SITE}/accelerate/optimizer.py", line 77, in defaults\n'
+        "    return self.optimizer.defaults\n"
+        "AttributeError: 'FP16_DeepSpeedZeroOptimizer' object has no attribute 'defaults'\n"
+    )
+    assert sides(log)[:2] == ("accelerate", "deepspeed")
