@@ -96,6 +96,7 @@ LIBRARIES: frozenset[str] = frozenset(
         # `url_quote`, urllib3 2's removed names), and JAX's probabilistic and testing libraries
         "flask", "werkzeug", "fastapi", "starlette", "uvicorn", "aiohttp", "httpx", "urllib3", "grpc", "click", "typer",
         "rich", "psutil", "regex", "six", "wrapt", "chex", "numpyro", "Cython",
+        "paddlenlp", "paddleocr", "paddlex", "paddleslim",  # Paddle's suite beside paddle itself
     }
 )  # fmt: skip
 

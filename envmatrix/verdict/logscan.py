@@ -323,7 +323,7 @@ _GEN: dict[str, bytes] = {
 #: What it finds is read by tracebacks.py, a region at a time.
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
-    rb"|terminate called after throwing an instance of|cannot import name \W{0,3}\w|' object has no attribute '"
+    rb"|terminate called after throwing an instance of|[Cc]annot import name \W{0,3}\w|' object has no attribute '"
     rb"|[a-z0-9] has no attribute \w|' has no attribute '|[Nn]o module named '"
     rb"|\(\) got an unexpected keyword argument '|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
     rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?: '|\(\) got multiple values for (?:keyword )?argument '"

@@ -93,7 +93,7 @@ _BARE_IMPORT = re.compile(r"cannot import name '?\w+'? from '?[A-Za-z_][\w.]*'?(
 #: The same message inside a wrapper's or a user's sentence (`Error loading module X: cannot import name …`, `报错"ImportError:
 #: cannot import name …"`, `Code error: cannot import name ‘X’ from ‘m’. I checked …`), in any quotes; `from` may be cut.
 _EMBEDDED_IMPORT = re.compile(
-    r"(?<![A-Za-z0-9_.])cannot import name [`'‘’\"]?(?P<name>\w+)[`'‘’\"]?(?: from [`'‘’\"]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)[`'‘’\"]?"
+    r"(?<![A-Za-z0-9_.])[Cc]annot import name [`'‘’\"]?(?P<name>\w+)[`'‘’\"]?(?: from [`'‘’\"]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)[`'‘’\"]?"
     r"(?P<path>\s*\([^)\n]{1,400}\))?)?"
 )
 
