@@ -67,7 +67,8 @@ SIGNATURES: dict[str, str] = {
     "sigfpe:status": r"(?:exit|error|return)[ _]?(?:code|status)\s*[:=]?\s*-8\b|<Signals\.SIGFPE: 8>",
     "sigfpe:shell": r"(?i:floating point exception)",  # bash's, and zsh's lower-case one
     "sigfpe:name": r"SIGFPE\b",
-    "import_abi:symbol": r"undefined symbol:\s*\S+",
+    # (also the loader's versioned form: `symbol cudaFreeAsync version libcudart.so.11.0 not defined in file`)
+    "import_abi:symbol": r"undefined symbol:\s*\S+|\bsymbol \S+ version \S+ not defined in file",
     "import_abi:glibc": r"GLIBC_[0-9.]+['’`]?\s+not found",  # a quote as typed or as a forum rendered it
     "import_abi:glibcxx": r"GLIBCXX_[0-9.]+['’`]?\s+not found",
     "import_abi:cxxabi": r"CXXABI_[0-9.]+['’`]?\s+not found",
