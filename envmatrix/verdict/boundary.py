@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import posixpath
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -320,6 +320,7 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
                 resolved = Resolved("", f"{name}() is printed without its class and {said}: ambiguous", options)
         asker = _caller(kind, frames, dists, "")[0]
         near = [*dists, *around]
+        shown = {canonical(d) for d in (*near, *(s.dist for s in stated), *installed)}  # the distributions the log shows
         if owner:
             resolved = resolve(owner, caller=asker, installed=installed, around=near)
             if not resolved.dist and not resolved.candidates and kind == "attribute" and asker in ("", "user"):
@@ -330,7 +331,6 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
                     subclass = Resolved("user", f"{subclass.reason}, written outside {asker} (your code or the model's remote code)")
                 resolved = subclass or resolved
             if not resolved.dist and not resolved.candidates and kind in ("attribute", "keyword") and member:
-                shown = {canonical(d) for d in (*near, *(s.dist for s in stated), *installed)}
                 resolved = _base_with(owner, member, kind, shown) or resolved
             if not resolved.dist and not resolved.candidates:
                 resolved = _named_for(owner) or resolved
@@ -343,10 +343,13 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
                 f"{resolved.reason}; the frame that raised is {wrapper}'s decorator passing the call on (`{raised.source.strip()[:80]}`)",
                 resolved.candidates,
             )
-        if not resolved.dist and member and kind in ("attribute", "keyword"):
-            seen = {*near, *(s.dist for s in stated), *installed}
-            if by_member := _by_member(kind, member, resolved, seen, asker, installed=installed, around=near):
-                resolved = by_member
+        if (
+            not resolved.dist
+            and member
+            and kind in ("attribute", "keyword")
+            and (by_member := _by_member(kind, member, resolved, shown, asker, installed=installed, around=near))
+        ):
+            resolved = by_member
     callee = resolved.dist
     printed = bool(raised.frames) or raised.headless
     caller, caller_reason = _caller(kind, frames, dists, callee, raised.importer, printed=printed)
@@ -482,19 +485,18 @@ def _user_of(kind: str, module: str, member: str, callee: str, stated: Iterable[
 _BY_MEMBER = ": the class is built on that package's"
 
 
-def _by_member(kind: str, member: str, resolved: Resolved, seen: set[str], asker: str, **around: Any) -> Resolved | None:
+def _by_member(kind: str, member: str, resolved: Resolved, shown: set[str], asker: str, **around: Any) -> Resolved | None:
     """The callee of a member or keyword asked of a class no index resolves: a class in no indexed release (a remote
     model's `ChatGLMForConditionalGeneration` lacking `enable_input_require_grads`, an `__init__()` printed without its
     class refusing `prediction_loss_only`) is built on the distribution whose classes have that member, or whose callables
     take that keyword, where the name index says one does (among a few: the one the others build on, or the one in the
     traceback); a class several distributions define (`Trainer`), on the one of them that has it. None where that is not
     one distribution, or is the asker itself (a library asking its own member of an object it was handed: that object is
-    the other side). Never from the index alone: the distribution must be one the log shows (`seen`: its frames, the
-    packages it states, the environment's freeze); jax's `ShapedArray` lacking `_trace` is no class of ray's, the one
-    indexed distribution with a member `_trace`."""
+    the other side). Never from the index alone: the distribution must be one the log shows (`shown`, canonical names: its
+    frames, the packages it states, the environment's freeze); jax's `ShapedArray` lacking `_trace` is no class of ray's,
+    the one indexed distribution with a member `_trace`."""
     table: Table = "members" if kind == "attribute" else "keywords"
     found = resolve(member, caller=asker, table=table, **around)
-    shown = {canonical(d) for d in seen}
     if resolved.candidates and all(c in index().releases for c in resolved.candidates):  # the class is indexed, in several packages
         both = tuple(d for d in resolved.candidates if d in found.candidates)
         if len(both) != 1 or both[0] not in shown:
@@ -570,9 +572,8 @@ def _base_with(owner: str, member: str, kind: str, shown: set[str]) -> Resolved 
     one is a package the log shows (its frames, the packages it states, the freeze): a `Telechat2Tokenizer` is no subclass
     of sglang's `Tokenizer` because sglang's classes alone have `apply_chat_template`. None where they do not single one
     out."""
-    for at in range(1, len(owner) - 1):
-        base = owner[at:]
-        if not base[:1].isupper() or owner[at - 1] == "_" or len(_HUMP.findall(base)) != 1 or len(definers(base)) < 2:
+    for base in _bases(owner):
+        if len(_HUMP.findall(base)) != 1 or len(definers(base)) < 2:
             continue
         table: Table = "members" if kind == "attribute" else "keywords"
         having = resolve(member, table=table)
@@ -613,15 +614,22 @@ def _subclassed(owner: str, frames: list[Frame], dists: list[str]) -> Resolved |
 _HUMP = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z][a-z0-9]+|[A-Z]+(?![a-z])")
 
 
+def _bases(owner: str) -> Iterator[str]:
+    """The class names a class's name ends in, longest first: each tail that starts with a capital inside the name, not
+    after `_` (`XGRPOTrainer` → `GRPOTrainer`, `RPOTrainer`, …, `Trainer`)."""
+    for at in range(1, len(owner) - 1):
+        if owner[at].isupper() and owner[at - 1] != "_":
+            yield owner[at:]
+
+
 def _named_after(owner: str, **around: Any) -> Resolved | None:
     """A class no indexed release defines whose name ends in one an indexed release does (`XGRPOTrainer` → trl's
     `GRPOTrainer`, `OurDPOTrainer`): the user's subclass of it, asking for what the base class has. A one-word base
     (`Trainer`, `Model`) is too common a suffix to tell."""
     if definers(owner) or not owner[:1].isupper():
         return None
-    for at in range(1, len(owner) - 1):
-        base = owner[at:]
-        if base[:1].isupper() and owner[at - 1] != "_" and len(_HUMP.findall(base)) >= 2 and definers(base):
+    for base in _bases(owner):
+        if len(_HUMP.findall(base)) >= 2 and definers(base):
             found = resolve(base, **around)
             if not found.dist:
                 return None
