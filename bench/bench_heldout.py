@@ -27,9 +27,8 @@ from pathlib import Path
 from envmatrix.facts.modules import STACK
 from envmatrix.facts.nameindex import canonical, index
 from envmatrix.verdict.classify import RunFacts, classify
-from envmatrix.verdict.evidence import strong
 from envmatrix.verdict.logscan import LogScan, scan_stream
-from envmatrix.verdict.remedies import of_scan
+from envmatrix.verdict.remedies import of_mismatch
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -67,8 +66,7 @@ def sides(folder: Path) -> dict[str, tuple[str, str]]:
 
 def boundary(scan: LogScan) -> tuple[str, str]:
     """The verdict's (caller, callee) of the API mismatch a log shows ('your code' for the user's own), ('', '') if none."""
-    judged = strong(scan, "api_mismatch")
-    crossed = of_scan(scan, judged, {}) if judged is not None else None
+    crossed = of_mismatch(scan)
     if crossed is None:
         return "", ""
     return crossed.who, crossed.callee_who  # `open-r1 (your code)` where the frames' paths name the user's project

@@ -31,6 +31,9 @@ DISTRIBUTIONS: dict[str, str] = {
     "nemo": "nemo-toolkit",
     "llama_cpp": "llama-cpp-python",
     "awq": "autoawq",
+    "open_clip": "open-clip-torch",
+    "auto_gptq": "auto-gptq",
+    "InstructorEmbedding": "instructorembedding",
     # library names in transformers' `X requires the <library> library` messages
     "PyTorch": "torch",
     "TensorFlow": "tensorflow",

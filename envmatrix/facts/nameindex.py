@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -98,6 +99,21 @@ def users(module: str, name: str = "") -> tuple[str, ...]:
     return index().uses.get(f"{module}:{name}" if name else module, ())
 
 
+def uses_package(dist: str, package: str) -> bool:
+    """Whether an indexed distribution's own code imports anything of an import package (`llamafactory` → `vllm`): an
+    optional dependency its requirements do not list, which its code still checks and calls."""
+    return canonical(dist) in _package_users().get(package, frozenset())
+
+
+@cache
+def _package_users() -> dict[str, frozenset[str]]:
+    """Import package -> the indexed distributions whose code imports something of it (read once from `uses`)."""
+    out: dict[str, set[str]] = {}
+    for key, dists in index().uses.items():
+        out.setdefault(key.split(":")[0].split(".")[0], set()).update(dists)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
 def requirers(dist: str) -> tuple[str, ...]:
     """The indexed distributions that always require `dist` (its neighbours: what a new release of it can break)."""
     name = canonical(dist)
@@ -124,6 +140,44 @@ class Resolved:
 
 def definers(name: str) -> tuple[str, ...]:
     return index().definers.get(name, ())
+
+
+#: Names shorter than this are too close to too many others to call one a misspelling of another.
+MISSPELT_MIN = 8
+#: A class's name (`BitsAndBytesConfig`): the index keeps every public one of the releases read, where a function or a
+#: submodule (`torch.compiler`) or a private name (`_set_default_torch_dtype`, never indexed) may be missing from it.
+_CLASS_LIKE = re.compile(r"^[A-Z][A-Za-z0-9_]*[a-z][A-Za-z0-9_]*$")
+
+
+def misspelt(name: str, dist: str) -> str:
+    """The name an indexed distribution defines that `name` is one letter away from (one inserted, dropped, changed, or
+    two swapped: `BitssAndBytesConfig` → `BitsAndBytesConfig`), where no indexed release of any distribution ever
+    defined `name` itself; '' otherwise. A name differing only in case is no misspelling (a release may rename by case,
+    transformers' `PretrainedConfig`), nor is a short one. Written by hand: difflib ranks by ratio, not by edits."""
+    if len(name) < MISSPELT_MIN or not _CLASS_LIKE.match(name) or definers(name) or dist not in index().releases:
+        return ""
+    near = [n for n in _names_of().get(dist, ()) if abs(len(n) - len(name)) <= 1 and n.lower() != name.lower() and _one_edit(name, n)]
+    return near[0] if len(near) == 1 else ""
+
+
+@cache
+def _names_of() -> dict[str, tuple[str, ...]]:
+    """Distribution -> the names it defines (the index's table turned round, once, when a misspelling is looked for)."""
+    out: dict[str, list[str]] = {}
+    for name, dists in index().definers.items():
+        for d in dists:
+            out.setdefault(d, []).append(name)
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether two different strings are one insertion, deletion, substitution or adjacent swap apart."""
+    if len(a) > len(b):
+        a, b = b, a
+    i = next((k for k in range(len(a)) if a[k] != b[k]), len(a))
+    if len(a) < len(b):
+        return a[i:] == b[i + 1 :]
+    return a[i + 1 :] == b[i + 1 :] or (i + 1 < len(a) and a[i] == b[i + 1] and a[i + 1] == b[i] and a[i + 2 :] == b[i + 2 :])
 
 
 #: What a table's entry says of a name: the index's public names, class members, and keyword parameters.

@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..facts.modules import KNOWN_IMPORTS, SPELLINGS, known_import
-from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, index, module_owner, requires, resolve, users
-from .ranges import in_message
+from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, index, misspelt, module_owner, requires, resolve, users, uses_package
+from .ranges import MESSAGE_LINES, Range, in_message
 from .stated import Stated, dist_of
 from .tracebacks import LAZY, Frame, Raised
 
@@ -40,6 +40,8 @@ _POSITIONAL = re.compile(
 _ATTRIBUTE = re.compile(
     r"(?:['‘’](?P<cls>\w+)['‘’] object|module ['‘’]?(?P<mod>[\w.]+?)['‘’]?|type object ['‘’](?P<type>\w+)['‘’]|^(?P<bare>[A-Z]\w*))"
     r" has no attribute ['‘’]?(?P<member>\w+)['‘’]?"
+    # a lazy loader's own refusal (huggingface_hub's and lazy_loader's `No huggingface_hub attribute hf_api`)
+    r"|^No (?P<lazy>[a-z_][\w.]*) attribute (?P<lazy_member>\w+)\s*$"
 )
 _IMPORT = re.compile(r"cannot import name ['‘’]?(?P<member>\w+)['‘’]?(?: from\s+['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)*))?")
 #: The import statement a frame's source line shows (`from pytorch_transformers.modeling import (CONFIG_NAME,`).
@@ -73,6 +75,9 @@ MAX_SOURCE = 400
 _CALL = re.compile(r"(?P<name>[A-Za-z_][\w.]*)\(")
 #: A decorator's line that passes every argument on to what it wraps (`return fn(self, **kwargs)`, `func(*args, **kwargs)`).
 _FORWARD = re.compile(r"^\s*(?:return\s+)?[A-Za-z_][\w.]*\(\s*(?:self\s*,\s*)?(?:\*[A-Za-z_]\w*\s*,\s*)?\*\*[A-Za-z_]\w*\s*\)\s*$")
+#: A library's line building a class it picked at run time with the keywords its own caller passed and it did not take
+#: itself (transformers' `from_pretrained`: `model = cls(config, *model_args, **model_kwargs)`).
+_PASSES_ON = re.compile(r"(?<![\w.])(?P<target>[a-z_]\w*)\([^()\n]*\*\*\w*kwargs\s*\)")
 #: A package a range message names as the one needing another (`trl requires transformers>=4.46`).
 _REQUIRER = re.compile(r"(?P<who>[A-Za-z][\w.-]*) (?:requires|needs|depends on)\b")
 #: Folders that hold a project's scripts rather than name the project (`open-r1/scripts/`, `Liger-Kernel/examples/`).
@@ -106,6 +111,26 @@ class Boundary:
         """A release of the callee the name index read defines the name imported (or the member asked for): it exists in
         some release, so the installed one is another release, not a package that never had it."""
         return bool(self.callee) and bool(self.member) and self.callee in definers(self.member)
+
+    @property
+    def misspelt(self) -> str:
+        """The name the callee defines that the one imported from it (or read off its module) misspells: no release ever
+        had the name asked for (nameindex.misspelt); '' where it is no misspelling."""
+        if self.kind == "import_name" or (self.kind == "attribute" and _known(self.name)):
+            return misspelt(self.member, self.callee) if self.callee not in ("", "user") and self.member else ""
+        return ""
+
+    @property
+    def unrelated(self) -> bool:
+        """A library asks an object of another library it neither requires nor imports anything of (transformers' `generate`
+        asking vLLM's `SamplingParams` for `update`): no release of the one was written against the other, so the object
+        reached it from the code that handed it over, not through two releases at odds."""
+        if self.kind != "attribute" or _known(self.name) or self.caller in ("", "user") or self.callee in ("", "user") or self.own:
+            return False  # a module's attribute: the asker imported that module itself
+        if self.caller not in index().releases or self.callee not in index().releases:
+            return False
+        packages = import_packages(self.callee) or (self.callee.replace("-", "_"),)
+        return not requires(self.caller, self.callee) and not any(uses_package(self.caller, p) for p in packages)
 
     @property
     def uncovered(self) -> bool:
@@ -171,9 +196,18 @@ def _dist(frame: Frame) -> str:
 
 
 def _looked_through(frame: Frame) -> bool:
-    if frame.package == "python" or frame.function.rsplit(".", 1)[-1] in _ACCESSORS or frame.path.startswith(("<frozen", "<string>")):
+    if frame.package == "python" or frame.function.rsplit(".", 1)[-1] in _ACCESSORS or frame.path.startswith("<frozen"):
         return True
     return bool(frame.package) and _WRAPPER.fullmatch(frame.function) is not None  # a library's wrapper, not the user's
+
+
+def _one_liner(raised: Raised) -> tuple[Frame, ...]:
+    """The frames, the outermost read as the user's code where it is `python -c "…"`'s (`File "<string>", line 1, in
+    <module>` first, in a traceback printed whole: code a library exec()s is printed under that library's frames)."""
+    first = raised.frames[0] if raised.frames and not raised.headless else None
+    if first is None or first.path != "<string>" or first.function != "<module>":
+        return raised.frames
+    return (replace(first, package="", module=""), *raised.frames[1:])
 
 
 def _called(raised: Raised) -> tuple[str, str, str, str] | None:
@@ -188,6 +222,8 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
     if m := _MODEL_KWARGS.search(text):  # transformers' generate, refusing what the model's forward does not take
         return "keyword", "GenerationMixin.generate", m.group("member"), ""
     if "AttributeError" in types and (m := _ATTRIBUTE.search(text)):
+        if m.group("lazy"):
+            return "attribute", m.group("lazy"), m.group("lazy_member"), m.group("lazy")
         if m.group("mod"):
             return "attribute", m.group("mod"), m.group("member"), m.group("mod")
         return "attribute", m.group("cls") or m.group("type") or m.group("bare"), m.group("member"), ""
@@ -287,16 +323,29 @@ def constructed(source: str, member: str = "") -> tuple[str, tuple[str, ...]]:
 def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), around: Iterable[str] = (), stated: Iterable[Stated] = ()) -> Boundary | None:
     """The boundary an exception was raised at, or None when its message names no call, attribute, import or range.
     `around`: the distributions whose frames the rest of the log shows; `stated`: the packages it states (stated.py)."""
+    stated = tuple(stated)  # read more than once: who imports the name, then who requires its package
     called = _called(raised)
     if called is None:
-        return _range(raised)
-    stated = tuple(stated)  # read twice: who imports the name, then who requires its package
+        return _range(raised, stated)
     kind, name, member, module = called
-    frames = [f for f in raised.frames if not _looked_through(f)]
+    frames = [f for f in _one_liner(raised) if not _looked_through(f)]
     dists = [_dist(f) for f in frames]
     wrapper = ""  # a library's decorator that raised the TypeError passing its arguments on: it is the callee's side
     if kind in ("keyword", "positional") and frames and frames[-1] is raised.frames[-1] and dists[-1] and _FORWARD.search(raised.source):
         wrapper, frames, dists = dists[-1], frames[:-1], dists[:-1]
+    # a library's frame that raised building a class it chose with the keywords its caller passed: the frame above asked
+    handed = ""
+    if (
+        kind == "keyword"
+        and not wrapper
+        and frames
+        and frames[-1] is raised.frames[-1]
+        and dists[-1]
+        and _PASSES_ON.search(raised.source[:MAX_SOURCE])
+        and not re.search(rf"\b{re.escape(member)}\s*=(?!=)", raised.source)
+        and (_owner(name) in _CONSTRUCTORS or resolve(_owner(name)).dist == dists[-1])
+    ):
+        handed, frames, dists = dists[-1], frames[:-1], dists[:-1]
     if module and _SITE.search(raised.value.split("\n", 1)[0]):  # the message shows where the package is installed
         dists = _outside_install(module, frames, dists)
     by_member: Resolved | None = None  # the callee found by the member or keyword asked, not by the class
@@ -341,6 +390,13 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
             resolved = Resolved(
                 wrapper,
                 f"{resolved.reason}; the frame that raised is {wrapper}'s decorator passing the call on (`{raised.source.strip()[:80]}`)",
+                resolved.candidates,
+            )
+        if handed and resolved.dist in ("", handed):
+            resolved = Resolved(
+                handed,
+                f"the frame that raised is {handed}'s `{raised.source.strip()[:80]}`: it builds a class it picked with the keywords"
+                f" its caller passed and it did not take itself, and this release of {handed} does not take {member}",
                 resolved.candidates,
             )
         if (
@@ -637,10 +693,15 @@ def _named_after(owner: str, **around: Any) -> Resolved | None:
     return None
 
 
-def _range(raised: Raised) -> Boundary | None:
+#: The package a range refusal tells the user to upgrade (`Try: `pip install transformers -U``): the one that checked.
+_UPGRADE_HINT = re.compile(r"pip3? install (?:-U |--upgrade )?['\"`]?(?P<pkg>[A-Za-z][\w.-]*)['\"`]? (?:-U|--upgrade)\b")
+
+
+def _range(raised: Raised, told: tuple[Stated, ...] = ()) -> Boundary | None:
     """A range statement (`deepspeed>=0.9.3 is required … but found deepspeed==0.8.3`, `trl requires transformers>=4.46`):
     the callee is the package required, the caller the one requiring it (named in the message, else the library whose
-    frame raised it)."""
+    frame raised it; printed without frames, the package the message's own hint says to upgrade, else the one package the
+    log states that requires the callee or whose code imports it)."""
 
     stated = in_message(raised.value)
     if stated is None:
@@ -661,9 +722,47 @@ def _range(raised: Raised) -> Boundary | None:
         caller, why = "user", f"{own.where()} states the range it needs (your code)"
     elif not frames and (lazy := raised.importer or _lazy_module(raised.value)) and (checker := module_owner(lazy)) and checker != callee:
         caller, why = checker, f"the lazy-import wrapper names {lazy} as the module whose import checked it"
+    elif not frames and (said := _hinted(raised.value, callee) or _stated_caller(callee, "", told) or _stated_user(callee, told)):
+        caller, why = said
     else:
         caller, why = "", "the message does not say which package needs it, and no library frame is printed"
     return Boundary("range", stated.package, stated.needed, caller, why, callee, f"the message names {stated.package} as the package needed")
+
+
+def of_stated(stated: Range) -> Boundary | None:
+    """The boundary of a range a log states outside any exception (pip's resolver: `llamafactory 0.9.3 requires
+    trl<=0.9.6,>=0.8.6, but you have trl 0.16.1 which is incompatible`): the package stating it is the caller, the one it
+    names the callee. None where the statement names no other package as the one that needs it."""
+    callee = module_owner(stated.package.split("[")[0]) or canonical(stated.package)
+    caller = (module_owner(stated.said_by) or canonical(stated.said_by)) if stated.said_by else ""
+    if not caller or caller == callee:
+        return None
+    return Boundary(
+        "range", stated.package, stated.needed, caller, f"{stated.said_by} states the range it needs", callee,
+        f"the statement names {stated.package} as the package needed",
+    )  # fmt: skip
+
+
+def _hinted(value: str, callee: str) -> tuple[str, str] | None:
+    """The checker of a range refusal printed without frames, by the upgrade its message advises (`… but found
+    tokenizers==0.23.1. Try: `pip install transformers -U``): the package it tells to move is the one whose check it is."""
+    m = _UPGRADE_HINT.search(" ".join(value.split("\n", MESSAGE_LINES)[:MESSAGE_LINES]))
+    owner = (module_owner(m.group("pkg")) or canonical(m.group("pkg"))) if m else ""
+    if not owner or owner == callee or owner not in index().releases:
+        return None
+    return owner, f"the message tells the user to upgrade {m.group('pkg') if m else owner}: the check is {owner}'s"
+
+
+def _stated_user(callee: str, stated: Iterable[Stated]) -> tuple[str, str] | None:
+    """The checker of a range printed without frames: the one package the log states whose own code imports the callee
+    (an optional dependency its requirements do not list: llamafactory checks the vllm it imports)."""
+    packages = import_packages(callee) or (callee.replace("-", "_"),)
+    told = [s for s in stated if s.dist != callee and any(uses_package(s.dist, p) for p in packages)]
+    found = sorted({s.dist for s in told})
+    if len(found) != 1:
+        return None
+    said = next(s for s in told if s.dist == found[0])
+    return said.dist, f"no frame is printed; the log {said.said} {said.dist} ({said.quote()}), the one package it names whose code imports {callee}"
 
 
 def _lazy_module(value: str) -> str:

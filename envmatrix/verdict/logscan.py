@@ -68,7 +68,7 @@ SIGNATURES: dict[str, str] = {
     "sigfpe:shell": r"(?i:floating point exception)",  # bash's, and zsh's lower-case one
     "sigfpe:name": r"SIGFPE\b",
     # (also the loader's versioned form: `symbol cudaFreeAsync version libcudart.so.11.0 not defined in file`)
-    "import_abi:symbol": r"undefined symbol:\s*\S+|\bsymbol \S+ version \S+ not defined in file",
+    "import_abi:symbol": r"undefined(?: |%20)symbol:(?:\s|%20)*\S+|\bsymbol \S+ version \S+ not defined in file",
     "import_abi:glibc": r"GLIBC_[0-9.]+['’`]?\s+not found",  # a quote as typed or as a forum rendered it
     "import_abi:glibcxx": r"GLIBCXX_[0-9.]+['’`]?\s+not found",
     "import_abi:cxxabi": r"CXXABI_[0-9.]+['’`]?\s+not found",
@@ -80,6 +80,10 @@ SIGNATURES: dict[str, str] = {
     "import_abi:numpy": r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2|numpy\.dtype size changed, may indicate binary incompatibility"
     r"|module compiled against (?:ABI|API) version 0x[0-9a-f]+ but this version of numpy is 0x[0-9a-f]+|_ARRAY_API not found",
     "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
+    # Windows' and macOS's loaders refusing a compiled extension, quoted without the exception's type (`DLL load failed while
+    # importing flash_attn_2_cuda`, `dlopen(…_sentencepiece.cpython-310-darwin.so, 0x0002): Library not loaded: @rpath/…`)
+    "import_abi:dll": r"DLL load failed while importing \w+"
+    r"|\bdlopen\([^)\n]{1,400}\): (?:Library not loaded|Symbol not found|[^\n]{0,200}incompatible architecture)",
     # TensorFlow's and JAX's check of the cuDNN loaded against the one they were built with
     "import_abi:cudnn_version": r"Loaded runtime CuDNN library: [\d.]+ but source was compiled with:? [\d.]+",
     # an architecture the installed transformers does not know: the probe's wording, then transformers' own
@@ -116,6 +120,9 @@ SIGNATURES: dict[str, str] = {
     # vLLM's and torch's bf16 refusal, in any case (a log pasted lower-cased)
     "unsupported_gpu:bf16_cc": r"(?i:(?:bfloat16|bf16|fp8|float8)\s+is\s+only\s+supported\s+on\s+gpus\s+with\s+compute\s+capability)",
     "unsupported_gpu:setup": r"(?i:(?:setup|device|gpu|hardware|machine)\s+(?:doesn't|does\s+not|cannot|can't)\s+support\s+(?:bf16|bfloat16|fp8|tf32|flash))",
+    # ptxas refusing an instruction the target GPU lacks (`Feature 'cvt.bf16.f32' requires .target sm_80 or higher`: a
+    # Triton kernel's bf16 on a pre-Ampere GPU)
+    "unsupported_gpu:ptxas": r"Feature '[^'\n]{1,80}' requires \.target sm_\d+ or higher",
     "oom:cuda": r"CUDA out of memory",
     # torch's allocator message without its first words (an excerpt that kept its tail)
     "oom:tail": r"Tried to allocate [\d.]+ [KMGT]i?B \(GPU \d+; [\d.]+ [KMGT]i?B total capacity",
@@ -142,6 +149,8 @@ SIGNATURES: dict[str, str] = {
     # NCCL's own allocation failing, and an engine refusing to start on the free memory it found (vLLM)
     "oom:nccl": r"NCCL WARN Cuda failure '?out of memory",
     "oom:free_memory": r"Free memory on device[^\n]*(?:less than|lower than|not enough)",
+    # vLLM's KV cache, after profiling the free memory, holds fewer tokens than one request of the configured length
+    "oom:kv_len": r"(?i:larger than the maximum number of tokens that can be stored in (?:the )?KV cache)",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
     # DeepSpeed ZeRO's reduction hook firing twice for one parameter (reentrant checkpointing, as DDP's above)
@@ -209,7 +218,7 @@ SIGNATURES: dict[str, str] = {
     "crash:elastic": r"Signal (?:4|6|7|9|11) \(SIG\w+\) received",
     # also torch's DataLoader (`Unexpected segmentation fault encountered in worker`), and AddressSanitizer's report of the
     # same signal (`AddressSanitizer: SEGV on unknown address`, `AddressSanitizer:DEADLYSIGNAL`)
-    "crash:segv": r"(?i:segmentation fault)|AddressSanitizer:\s?(?:SEGV|DEADLYSIGNAL)\b",
+    "crash:segv": r"(?i:segmentation fault)|AddressSanitizer:\s?(?:SEGV|DEADLYSIGNAL)\b|!!!!!!! Segfault encountered !!!!!!!",
     "crash:bus": r"Bus error",
     # the shell's notice (also in a Chinese locale, or lower-cased alone on its line)
     "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)|^[ \t]*killed[ \t]*$|^[ \t>]*(?:\*\*|__)Killed(?:\*\*|__)[ \t]*$",
@@ -235,6 +244,9 @@ SIGNATURES: dict[str, str] = {
     "timeout:batch": r"job killed: walltime \d+ exceeded limit|TERM_RUNLIMIT|reaching LSF run time limit"
     # the scheduler's mail (PBS `Job exceeded its walltime limit. Job was aborted`, Moab `job exceeded wallclock limit`)
     r"|(?i:job exceeded (?:its )?wall[- ]?(?:time|clock) limit)",
+    # the user's own words for a run stopped at a fixed wall-clock mark (`the job times out after 60 minutes`)
+    "timeout:said": r"(?i:\b(?:job|run|training|pipeline|experiment)s? (?:always |then |just )?(?:times|timed|timing) out after"
+    r" \d+ ?(?:min(?:ute)?s?|h(?:ours?)?|hrs?)\b)",
     # not an outcome: an engine that failed to start (vLLM's EngineCore); its cause line decides, else it is the engine's failure
     # (or that died running: vLLM's `EngineCore encountered a fatal error` over a traceback an excerpt may cut)
     "notice:engine_start": r"EngineCore failed to start|Engine core initialization failed|EngineCore encountered a fatal error",
@@ -251,7 +263,8 @@ SIGNATURES: dict[str, str] = {
     # endless repetition, and an output told as a run of `!` (a reply too short to measure: `输出为'!!!!...'`)
     r"|\b(?:endless(?:ly)?|infinite(?:ly)?)\s+repeat\w*|\brepeating\s+(?:special\s+)?(?:characters|tokens|symbols)\b"
     r"|\brepeat(?:s|ed|ing)?\s+until\s+(?:the\s+)?max(?:imum)?\s*(?:new\s+)?(?:tokens?|length)"
-    r"|(?:\boutputs?|\bresponses?|\bgenerat\w*|输出|回复|回答)(?s:.{0,30}?)[!！]{4,})",
+    r"|(?:\boutputs?|\bresponses?|\bgenerat\w*|输出|回复|回答)(?s:.{0,30}?)[!！]{4,}"
+    r"|\b(?:outputs?|responses?|repl(?:y|ies)|generat\w*|returns?)\s+(?:only|nothing but|just)\s+(?:exclamation marks|question marks|empty strings)\b)",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",

@@ -85,6 +85,19 @@ _RANGES = (
         r"(?P<who>[A-Za-z][\w.-]*) version (?P<bound>v?\d[\w.]*\d)",
         re.I,
     ),
+    # a package refusing a major release it was not written for (transformers: `Your currently installed version of Keras
+    # is Keras 3, but this is not yet supported in Transformers`): any release but that one
+    re.compile(
+        r"installed version of (?P<pkg>[A-Za-z][\w.-]*) is (?:[A-Za-z][\w.-]* )?(?P<major>v?\d+)(?:\.\d[\w.]*)?,? but (?:this|it) is not "
+        r"(?:yet )?supported (?:in|by) (?P<who>[A-Za-z][\w-]*(?:\.[\w-]+)*)",
+        re.I,
+    ),
+    # a refusal of the releases from one on (LAVIS: `BLIP models are not compatible with transformers>=4.27, run pip install
+    # transformers==4.25 to downgrade`): what is needed is what that spec excludes
+    re.compile(
+        r"(?:are|is) (?:not|in) ?compatible with (?P<pkg>[A-Za-z][\w.-]*)\s*(?P<excluded>(?:>=?|<=?)\s*v?\d[\w.]*\d)",
+        re.I,
+    ),
     # sglang's own check: `sgl-kernel is installed with version 0.1.0, which is less than the minimum required version 0.1.1`
     re.compile(
         r"(?P<pkg>[A-Za-z][\w.-]*) is installed with version (?P<found>v?\d[\w.+]*?),? which is (?:less|lower|older) than the "
@@ -134,6 +147,13 @@ def read_range(text: str) -> Range | None:
             if groups.get("way"):  # no newer (older) than the checker's own release
                 needed = f"{'<=' if groups['way'].lower() == 'newer' else '>='}{groups['bound']}"
                 return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])
+            if groups.get("major"):  # any release but the refused major one
+                major = groups["major"].lstrip("v")
+                return Range(groups["pkg"], f"!={major}.*", major, groups.get("who") or "", text.strip()[:400])
+            if groups.get("excluded"):  # the releases a refused spec leaves out
+                op, bound = re.match(r"([<>]=?)\s*v?(.*)", groups["excluded"]).groups()  # type: ignore[union-attr]
+                needed = {">=": "<", ">": "<=", "<=": ">", "<": ">="}[op] + bound
+                return Range(groups["pkg"], needed, "", groups.get("who") or "", text.strip()[:400])
             if groups.get("least"):
                 needed = f">={groups['least'].rstrip('.')}"
                 return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])

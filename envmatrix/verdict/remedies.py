@@ -16,7 +16,7 @@ from ..facts import catalog, enginefailures, errorcodes
 from ..facts.nameindex import canonical
 from ..records.outcomes import Outcome
 from ..records.record import Record
-from .boundary import Boundary
+from .boundary import Boundary, of_stated
 from .evidence import crossing, engine_layer, fallback, last_exception, ranges, strong
 from .imports import read_missing
 from .logscan import LogScan, scan_text
@@ -54,6 +54,16 @@ def api_mismatch(scan: LogScan, installed: Mapping[str, str] | None = None) -> s
 def of_scan(scan: LogScan, judged: Judged, installed: Mapping[str, str]) -> Boundary | None:
     """The boundary of a judged exception, with every distribution whose frames the log shows as its surroundings."""
     return crossing(scan, judged.raised, installed)
+
+
+def of_mismatch(scan: LogScan, installed: Mapping[str, str] | None = None) -> Boundary | None:
+    """The boundary of the API mismatch a log shows: its exception's, else the first range it states outside any
+    exception (pip's resolver naming the package that requires another), else None."""
+    judged = strong(scan, "api_mismatch")
+    crossed = of_scan(scan, judged, installed or {}) if judged is not None else None
+    if crossed is None and not scan.judged and (stated := ranges(scan)):
+        return of_stated(stated[0])
+    return crossed
 
 
 def _side(b: Boundary, versions: Mapping[str, str]) -> str:
@@ -233,9 +243,7 @@ def freeze_versions(freeze: Iterable[str]) -> dict[str, str]:
 
 def of_log(text: str | bytes, installed: Mapping[str, str] | None = None) -> Boundary | None:
     """The boundary of the API mismatch a whole log shows (a matrix cell's, for watch and bisect), or None."""
-    scan = scan_text(text)
-    judged = strong(scan, "api_mismatch")
-    return of_scan(scan, judged, installed or {}) if judged is not None else None
+    return of_mismatch(scan_text(text), installed)
 
 
 def _log_of(record: Record) -> str | bytes:

@@ -184,7 +184,13 @@ def _values(key: str, raised: Raised) -> list[str]:
             # `indexed`: a release of the callee the index read defines the name; `uncovered`: the callee is a known
             # distribution the index does not read (scipy), so no release list can say it never had the name
             private = crossed.kind == "import_name" and crossed.callee not in ("", "user") and re.search(r"\._[a-z]", crossed.name) is not None
-            flags = (["indexed"] if crossed.indexed else []) + (["uncovered"] if crossed.uncovered else []) + (["private"] if private else [])
+            flags = (
+                (["indexed"] if crossed.indexed else [])
+                + (["uncovered"] if crossed.uncovered else [])
+                + (["private"] if private else [])
+                + (["misspelt"] if crossed.misspelt else [])
+                + (["unrelated"] if crossed.unrelated else [])
+            )
             return [side, *flags]
         case "error.bare":
             return ["yes" if raised.bare else "no"]
