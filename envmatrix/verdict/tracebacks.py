@@ -103,7 +103,7 @@ _EMBEDDED_IMPORT = re.compile(
 _EMBEDDED_CALL = re.compile(
     r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_.]{0,200}\(\) (?:got an unexpected keyword argument '\w{1,200}'"
     r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given"
-    r"|missing \d+ required (?:keyword-only |positional )?arguments?: '\w{1,200}'(?:(?:,| and) '\w{1,200}'){0,20}"
+    r"|missing \d+ required (?:keyword-only |positional )?arguments?:(?: '\w{1,200}'(?:(?:,| and) '\w{1,200}'){0,20}|[ \t]*$)"
     r"|got multiple values for (?:keyword )?argument '\w{1,200}')"
     # a server's answer that passes the TypeError on without the callable (`{'message': "Unexpected keyword argument 'x'"}`)
     r"|(?<![A-Za-z0-9_.])[Uu]nexpected keyword argument '\w{1,200}'"
