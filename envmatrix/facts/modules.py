@@ -100,6 +100,9 @@ LIBRARIES: frozenset[str] = frozenset(
         "flask", "werkzeug", "fastapi", "starlette", "uvicorn", "aiohttp", "httpx", "urllib3", "grpc", "click", "typer",
         "rich", "psutil", "regex", "six", "wrapt", "chex", "numpyro", "Cython",
         "paddlenlp", "paddleocr", "paddlex", "paddleslim",  # Paddle's suite beside paddle itself
+        # vision, NLP and inference runtimes whose releases rename their modules (`ultralytics.yolo`, allennlp's indexers,
+        # TensorRT's builder methods, MLX's layers)
+        "ultralytics", "allennlp", "tensorrt", "tensorrt_llm", "mlx", "mlx_lm", "timm", "diffusers", "peft", "dspy", "litellm",
     }
 )  # fmt: skip
 

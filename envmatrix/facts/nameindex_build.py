@@ -92,9 +92,25 @@ def _dist_info(path: Path, name: str) -> str:
 
 
 def _requires(path: Path) -> set[str]:
-    """The distributions a wheel always requires (its METADATA's Requires-Dist lines that no extra guards)."""
+    """The distributions a release always requires: a wheel's METADATA Requires-Dist lines that no extra guards; an sdist's
+    `*.egg-info/requires.txt` lines before its first `[extra]` section (a setup.py's install_requires)."""
+    if path.suffix != ".whl":
+        return {canonical(m.group(0)) for m in map(_REQUIREMENT.match, _egg_requires(path)) if m}
     text = _dist_info(path, "METADATA")
     return {canonical(m.group("name")) for m in _REQUIRES.finditer(text) if "extra" not in m.group("rest")}
+
+
+_REQUIREMENT = re.compile(r"[A-Za-z0-9][\w.-]*")
+
+
+def _egg_requires(path: Path) -> list[str]:
+    """An sdist's unconditional requirement lines (its egg-info's requires.txt, up to the first section); [] where it has none."""
+    with tarfile.open(path) as tar:
+        member = next((m for m in tar.getmembers() if m.name.count("/") == 2 and m.name.endswith(".egg-info/requires.txt")), None)
+        handle = tar.extractfile(member) if member is not None else None
+        text = handle.read().decode("utf-8", "replace") if handle is not None else ""
+    lines = text.split("\n[", 1)[0].splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("[")]
 
 
 def _scripts(path: Path) -> set[str]:
@@ -286,7 +302,8 @@ def build(dists: dict[str, Distribution]) -> dict[str, object]:
             for name, ex in ((d.name, {n for n in d.exports if len(definers.get(n, ())) > 1}) for d in sorted(dists.values(), key=lambda d: d.name))
             if ex
         },
-        "requires": {d.name: sorted(d.requires & set(dists)) for d in sorted(dists.values(), key=lambda d: d.name) if d.requires & set(dists)},
+        # every requirement, indexed or not (vllm requires pydantic): a log stating vllm over pydantic's refusal names it
+        "requires": {d.name: sorted(d.requires - {d.name}) for d in sorted(dists.values(), key=lambda d: d.name) if d.requires - {d.name}},
         "scripts": {s: d.name for d in sorted(dists.values(), key=lambda d: d.name) for s in sorted(d.scripts)},
         "uses": _uses(dists, owner),
     }
@@ -346,15 +363,22 @@ def _shared_exports(dists: dict[str, Distribution], definers: dict[str, set[str]
     return out
 
 
-def download(folder: Path) -> None:
-    """pip download each of SOURCES (no dependencies) into `folder`."""
+def pinned() -> tuple[str, ...]:
+    """SOURCES as the committed index read them: `name==release` for every release it records (a rebuild from the same
+    releases, to change how they are read without changing what is read)."""
+    releases: dict[str, list[str]] = json.loads(DATA_FILE.read_text(encoding="utf-8"))["releases"]
+    return tuple(f"{name}=={v}" for name, versions in releases.items() for v in versions)
+
+
+def download(folder: Path, sources: tuple[str, ...] = SOURCES) -> None:
+    """pip download each of `sources` (no dependencies) into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     base = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(folder), "--python-version", "3.11"]
     platforms = [
         f"--platform={p}"
         for p in ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any")
     ]
-    for spec in SOURCES:
+    for spec in sources:
         name = canonical(re.split(r"[=<>!~]", spec)[0])
         if name == "torch" and any(folder.glob("torch-*.whl")):
             continue
@@ -370,10 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wheels", type=Path, action="append", default=[], help="a folder of wheels / sdists to read")
     p.add_argument("--download", type=Path, help="pip download SOURCES into this folder first, then read it")
     p.add_argument("--out", type=Path, default=DATA_FILE)
+    p.add_argument("--pinned", action="store_true", help="download the releases the committed index records, not the newest")
     args = p.parse_args(argv)
     folders = [*args.wheels]
     if args.download:
-        download(args.download)
+        download(args.download, pinned() if args.pinned else SOURCES)
         folders.append(args.download)
     archives = [f for folder in folders for f in folder.iterdir() if f.name.endswith((".whl", ".tar.gz"))]
     if not archives:

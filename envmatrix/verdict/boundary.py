@@ -30,7 +30,8 @@ from .stated import Stated, dist_of
 from .tracebacks import LAZY, Frame, Raised
 
 _KEYWORD = re.compile(
-    r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:got an unexpected keyword argument '(?P<member>\w+)'|got multiple values for (?:keyword )?argument '(?P<multi>\w+)'"
+    r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:got an unexpected keyword argument ['‘’](?P<member>\w+)['‘’]|"
+    r"got multiple values for (?:keyword )?argument '(?P<multi>\w+)'"
     r"|takes no keyword arguments)"
 )
 _POSITIONAL = re.compile(
@@ -38,7 +39,8 @@ _POSITIONAL = re.compile(
     r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given)"
 )
 _ATTRIBUTE = re.compile(
-    r"(?:['‘’](?P<cls>\w+)['‘’] object|module ['‘’]?(?P<mod>[\w.]+?)['‘’]?|type object ['‘’](?P<type>\w+)['‘’]|^(?P<bare>[A-Z]\w*))"
+    r"(?:['‘’](?:(?P<qual>[A-Za-z_]\w*)(?:\.\w+)*\.)?(?P<cls>\w+)['‘’] object"
+    r"|module ['‘’]?(?P<mod>[\w.]+?)['‘’]?|type object ['‘’](?P<type>\w+)['‘’]|^(?P<bare>[A-Z]\w*))"
     r" has no attribute ['‘’]?(?P<member>\w+)['‘’]?"
     # a lazy loader's own refusal (huggingface_hub's and lazy_loader's `No huggingface_hub attribute hf_api`)
     r"|^No (?P<lazy>[a-z_][\w.]*) attribute (?P<lazy_member>\w+)\s*$"
@@ -50,6 +52,9 @@ _IMPORT_LINE = re.compile(r"\s*import\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s*(?:$|\
 #: A package's own refusal of a name it moved elsewhere (pydantic 2: `` `BaseSettings` has been moved to the
 #: `pydantic-settings` package``).
 _MOVED = re.compile(r"^[`'\"]?(?P<name>[A-Za-z_]\w*)[`'\"]? (?:has been|was) moved (?:to|into)\b")
+#: A library refusing keywords it does not take in its own words (torchmetrics' `Metric.__init__`: `Unexpected keyword
+#: arguments: `compute_on_step``): the function that raised is the callee.
+_REFUSED_KWARGS = re.compile(r"^Unexpected keyword arguments?:?\s+[`'‘’\"]?(?P<member>[A-Za-z_]\w*)")
 _MODEL_KWARGS = re.compile(r"The following `?model_kwargs`? are not used by the model: \[['\"](?P<member>\w+)")
 _SUBMODULE = re.compile(r"^(?:[A-Z]\w{0,60}:\s+){0,3}[Nn]o module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
 #: A package's own refusal of a name it removed (`` `np.float_` was removed in the NumPy 2.0 release``, `'HookedTransformer'
@@ -219,6 +224,8 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
             return "keyword", m.group("name"), m.group("member") or m.group("multi") or "", ""
         if m := _POSITIONAL.search(text):
             return "positional", m.group("name"), m.group("member") or "", ""
+    if {"ValueError", "TypeError"} & set(types) and (m := _REFUSED_KWARGS.search(text)) and (raiser := _raising_frame(raised)):
+        return "keyword", raiser.function, m.group("member"), raiser.module  # a library's own check of the keywords it took
     if m := _MODEL_KWARGS.search(text):  # transformers' generate, refusing what the model's forward does not take
         return "keyword", "GenerationMixin.generate", m.group("member"), ""
     if "AttributeError" in types and (m := _ATTRIBUTE.search(text)):
@@ -226,6 +233,8 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
             return "attribute", m.group("lazy"), m.group("lazy_member"), m.group("lazy")
         if m.group("mod"):
             return "attribute", m.group("mod"), m.group("member"), m.group("mod")
+        if m.group("qual") and _known(m.group("qual")):  # a compiled class printed with its module (`'tensorrt.tensorrt.Builder'`)
+            return "attribute", m.group("cls"), m.group("member"), m.group("qual")
         return "attribute", m.group("cls") or m.group("type") or m.group("bare"), m.group("member"), ""
     if {"AttributeError", "ImportError"} & set(types) and (m := _REMOVED.search(text)) and (module := _import_of(m.group("pkg"))):
         return "attribute", module, m.group("name").rsplit(".", 1)[-1], module
@@ -242,6 +251,12 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
         if (m := _SUBMODULE.search(text)) and _known(m.group("mod")):
             return "submodule", m.group("mod").split(".")[0], m.group("mod"), m.group("mod")
     return None
+
+
+def _raising_frame(raised: Raised) -> Frame | None:
+    """The innermost frame where it is a library's (with its module), else None."""
+    frame = raised.frames[-1] if raised.frames else None
+    return frame if frame is not None and frame.package not in ("", "python") and frame.module else None
 
 
 def _raiser(raised: Raised) -> str:

@@ -316,8 +316,8 @@ def _missing_module(f: RunFacts) -> str | None:
     if _ok_evidence(f) is not None:
         return None
     hit = f.scan.first(Outcome.MISSING_MODULE)
-    if hit is not None and any(j.variant == "error:misspelt" and j.raised.line_no == hit.line_no for j in f.scan.judged):
-        hit = None  # a name one letter from one the package has: the wording of a missing name, the fault of a misspelling
+    if hit is not None and any(j.outcome == Outcome.ERROR and not j.fallback and j.raised.line_no == hit.line_no for j in f.scan.judged):
+        hit = None  # a specific rule named that line the code's own error (a misspelt name, a shadowing file): not a missing module
     if hit is None:
         return evidence.structural(f.scan, Outcome.MISSING_MODULE)
     missing = read_missing(hit.line, hit.context)

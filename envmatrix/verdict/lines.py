@@ -30,7 +30,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
         r"\|(?=\s)",  # a Markdown table's cell border (a log pasted into a table renders `|   | line |`)
         r"(?:stdout|stderr)\s+[FP](?=\s)",  # the container runtime's log format (CRI: `<time> stderr F <line>`)
         # [rank0]: [E ProcessGroupNCCL.cpp:607] [2025-03-19 20:57:00,771 E 1 1] [engine.py:187]; not a notebook's linked frame (a cell's too)
-        r"\[(?![^\]\n]{0,120}(?:\.py|<ipython-input-[\w-]{1,80}>)\]\()[^\]\n]{0,120}\]:?",
+        # nor an exception a user put in brackets (`[AttributeError: 'Builder' object has no attribute 'x'](https://…)`)
+        r"\[(?![^\]\n]{0,120}(?:\.py|<ipython-input-[\w-]{1,80}>)\]\()(?!(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):)[^\]\n]{0,120}\]:?",
         r"【[^】\n]{0,60}】",
         r"\((?:[\w.:-]+)(?:,?\s+[\w.-]+=[^\s,)]{1,60}){1,4}\)",  # (WorkerDict pid=2716276) (VllmWorker rank=0 pid=12)
         r"\((?:pid|rank)=\d+\)",

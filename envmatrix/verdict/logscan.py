@@ -75,7 +75,8 @@ SIGNATURES: dict[str, str] = {
     # xFormers' own notice that its compiled part does not load (built for another torch, CUDA or Python)
     "import_abi:xformers": r"xFormers can't load C\+\+/CUDA extensions",
     # a companion built for another torch (torchvision's own check of its CUDA build; its operators missing from this torch)
-    "import_abi:companion": r"compiled with different CUDA (?:major )?versions|operator torchvision::\w+ does not exist",
+    "import_abi:companion": r"compiled with different CUDA (?:major )?versions|operator torchvision::\w+ does not exist"
+    r"|Couldn't load custom C\+\+ ops",  # torchvision's own words for its extension that does not load with this torch
     # an extension built against another NumPy's C API (NumPy 2's own notice, wrapped as it prints it; the older ABI checks)
     "import_abi:numpy": r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2|numpy\.dtype size changed, may indicate binary incompatibility"
     r"|module compiled against (?:ABI|API) version 0x[0-9a-f]+ but this version of numpy is 0x[0-9a-f]+|_ARRAY_API not found",
@@ -98,6 +99,8 @@ SIGNATURES: dict[str, str] = {
     "missing_module:requires_packages": r"requires\s+the\s+following\s+packages\s+that\s+were\s+not\s+found\s+in\s+your\s+envir\w*:\s*[\w.,\s-]+",
     "missing_module:requires_pin": r"requires\s+`?[A-Za-z_][\w.-]*(?:[<>=!~]=?[\w.*]+)?`?\s*:\s*(?:[Pp]lease\s+)?(?:run|install)\s+`?pip install",
     "missing_module:metadata": r"No package metadata was found for\s+[A-Za-z_][\w.-]*",
+    # Triton Inference Server's for a backend that is not installed in its backends folder
+    "missing_module:backend": r"unable to find backend library for backend '[\w.-]+'",
     "missing_module:seems_not_installed": r"package\s+`?[A-Za-z_][\w.-]*`?\s+seems\s+to\s+be\s+not\s+installed",
     "missing_module:not_installed": r"`?[A-Za-z_][\w.-]*`?\s+is\s+not\s+installed\.?\s+Please\s+install",
     "missing_module:cannot_import": r"cannot import name '?[A-Za-z_]\w*'? from '?[A-Za-z_][\w.]*'?",
@@ -114,6 +117,8 @@ SIGNATURES: dict[str, str] = {
     "unsupported_gpu:datacenter": r"requires\s+(?:an?\s+)?A100(?:/A800)?\s+or\s+H100",
     "unsupported_gpu:is_sm": r"Expected (?:is_sm\w+(?: \|\| )?)+ to be true, but got false",
     "unsupported_gpu:kernel": r"no kernel image is available for execution on the device",
+    # HIP's for the same (ROCm: no code object built for this GPU's gfx target)
+    "unsupported_gpu:hip_binary": r"hipErrorNoBinaryForGpu|Unable to find code object for all current devices",
     "unsupported_gpu:sm": r"is not compatible with the current PyTorch installation",
     "unsupported_gpu:too_old": r"PyTorch no longer supports this GPU because it is too old",
     # a capability refusal in a library's own words: `Your setup doesn't support bf16/gpu` (transformers' TrainingArguments)
@@ -148,7 +153,10 @@ SIGNATURES: dict[str, str] = {
     r"|\boom_kill event|\btask \d+: Out Of Memory\b",
     # NCCL's own allocation failing, and an engine refusing to start on the free memory it found (vLLM)
     "oom:nccl": r"NCCL WARN Cuda failure '?out of memory",
-    "oom:free_memory": r"Free memory on device[^\n]*(?:less than|lower than|not enough)",
+    "oom:free_memory": r"Free memory on device[^\n]*(?:less than|lower than|not enough)"
+    r"|(?i:no available memory for (?:the )?cache blocks)",  # vLLM's, also as a user retells it
+    # Colab's notice of a runtime that ran out of host memory
+    "oom:colab": r"(?i:session crashed after using all available RAM)",
     # vLLM's KV cache, after profiling the free memory, holds fewer tokens than one request of the configured length
     "oom:kv_len": r"(?i:larger than the maximum number of tokens that can be stored in (?:the )?KV cache)",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
@@ -230,6 +238,9 @@ SIGNATURES: dict[str, str] = {
     # torch's DataLoader naming the signal a worker died of (`DataLoader worker (pid 2287) is killed by signal: Killed.`)
     "crash:loader": r"is killed by signal: (?:Killed|Segmentation fault|Aborted|Bus error|Illegal instruction)",
     # Ray's, vLLM's and a launcher's notices that a worker process died (the signal or OOM it names decides where one is named)
+    # Colab's notice of a runtime that died without an exception (`Your session crashed for an unknown reason`), and a
+    # process pool's worker killed under it (`BrokenProcessPool: A process in the process pool was terminated abruptly`)
+    "crash:colab": r"(?i:session (?:is |has )?crashed for (?:an? )?unknown reason)|A process in the process pool was terminated abruptly",
     "crash:worker_died": r"A worker died or was killed while executing|(?:[Aa]ctor|[Ww]orker|Worker proc [\w-]+) died unexpectedly"
     r"|Worker unexpectedly exits|worker process (?:\d+ )?(?:was )?killed by signal|(?:rank|worker) \d+ (?:died|exited) with signal"
     r"|Raylet is terminated\b[^\n]{0,200}?Termination is unexpected",  # the node's raylet died (its own notice says so)
@@ -254,6 +265,7 @@ SIGNATURES: dict[str, str] = {
     # prose: `the response is gibberish`, `（乱码循环）`); decides only where nothing else does
     "notice:said_garbled": r"(?i:\bgibberish\b|\bgarbled (?:output|text|tokens?|characters?|responses?|replies|answers?|generations?)\b"
     r"|(?:output|text|responses?|replies|answers?|generations?|completions?) (?:is|are|was|were|becomes?|became) (?:garbled|gibberish|garbage)\b"
+    r"|\bgarbled\s*/\s*\w+ (?:output|text|tokens?|responses?|answers?)\b"
     r"|\bgarbage (?:output|text|tokens?|characters?)\b|乱码|胡言乱语|胡乱回答|乱回答|答非所问|回答重复|重复回答|无限重复|重复输出"
     # the same told in other words: nonsense, or a reply repeating itself
     r"|\bnonsense (?:output|text|answers?|responses?|replies|generations?)\b"
@@ -278,7 +290,9 @@ SIGNATURES: dict[str, str] = {
     r"|is\s+installed\s+with\s+version\s+v?\d[\w.]*,?\s+which\s+is\s+(?:less|lower|older)\s+than\s+the\s+minimum"
     r"|distribution\s+was\s+not\s+found\s+and\s+is\s+required\s+by|\),\s+Requirement\.parse\("
     r"|==\s*v?\d[\w.]*\s+is\s+(?:used|installed)\s*,?\s+but\s+(?:it\s+is\s+)?incompatible|,?\s+but\s+this\s+version\s+of\s+[\w.-]+\s+requires\s"
-    r"|incompatible\s+version\s+of\s+[\w.-]+\.?\s+Found\s+version|\s+is\s+(?:newer|older)\s+than\s+and\s+incompatible\s+with\s)",
+    r"|incompatible\s+version\s+of\s+[\w.-]+\.?\s+Found\s+version|\s+is\s+(?:newer|older)\s+than\s+and\s+incompatible\s+with\s"
+    r"|installed\s+version\s+of\s+[\w.-]+\s+is\s[^\n]{1,40}\s+not\s+(?:yet\s+)?supported\s+(?:in|by)\s|(?:not|in)\s?compatible\s+with\s+[\w.-]+\s*[<>]=?\s*\d"
+    r"|Found\s+cu[A-Za-z]+\s+version\s+\d+,?\s+but\s+\w+\s+was\s+built\s+against)",
 }
 # Facts a remedy names (the cuBLAS version loaded, the sampling and group settings, the model and attention);
 # the value is the group named VALUE, or the matched text for a fact that is a presence.

@@ -67,7 +67,7 @@ _RANGES = (
     # a package's check of its companion (jax: `jaxlib is version 0.1.69, but this version of jax requires version 0.1.74.`):
     # the release it names is the least it takes
     re.compile(
-        r"(?P<pkg>[A-Za-z][\w.-]*) is (?:at )?version (?P<found>v?\d[\w.+]*?),? but this version of (?P<who>[A-Za-z][\w.-]*) requires "
+        r"(?P<pkg>[A-Za-z][\w.-]*) (?:is (?:at )?version|version is) (?P<found>v?\d[\w.+]*?),? but this version of (?P<who>[A-Za-z][\w.-]*) requires "
         r"(?:at least |a minimum )?(?:version )?(?P<least>v?\d[\w.]*\d)",
         re.I,
     ),
@@ -96,6 +96,18 @@ _RANGES = (
     # transformers==4.25 to downgrade`): what is needed is what that spec excludes
     re.compile(
         r"(?:are|is) (?:not|in) ?compatible with (?P<pkg>[A-Za-z][\w.-]*)\s*(?P<excluded>(?:>=?|<=?)\s*v?\d[\w.]*\d)",
+        re.I,
+    ),
+    # JAX's check of the cuDNN it loads (`Found cuDNN version 8600, but JAX was built against version 8906, which is newer`;
+    # `Outdated cuDNN installation found. Version JAX was built against: 8907 Minimum supported: 9100 Installed version: 8907`)
+    re.compile(
+        r"Found (?P<pkg>cuDNN|cuBLAS|cuSPARSE|cuFFT|cuSOLVER|NCCL|CUDA) version (?P<found>\d+),? but (?P<who>JAX|jaxlib|[A-Za-z]\w*) was built against"
+        r" version (?P<least>\d+)",
+        re.I,
+    ),
+    re.compile(
+        r"Outdated (?P<pkg>cuDNN|cuBLAS|cuSPARSE|cuFFT|cuSOLVER|NCCL) installation found\.?\s*(?:Version (?P<who>[A-Za-z]\w*) was built"
+        r" against:\s*\d+\s+)?Minimum supported:\s*(?P<least>\d+)\s+Installed version:\s*(?P<found>\d+)",
         re.I,
     ),
     # sglang's own check: `sgl-kernel is installed with version 0.1.0, which is less than the minimum required version 0.1.1`

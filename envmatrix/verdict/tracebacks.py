@@ -101,7 +101,7 @@ _EMBEDDED_IMPORT = re.compile(
 #: Python's TypeError over a call's arguments, printed without its type by a logger or a wrapper (`str(e)`) or in a user's
 #: sentence (`The error was GRPOTrainer._get_train_sampler() takes 1 positional argument but 2 were given.`).
 _EMBEDDED_CALL = re.compile(
-    r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_.]{0,200}\(\) (?:got an unexpected keyword argument '\w{1,200}'"
+    r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_.]{0,200}\(\) (?:got an unexpected keyword argument ['‘’]\w{1,200}['‘’]"
     r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given"
     r"|missing \d+ required (?:keyword-only |positional )?arguments?:(?: '\w{1,200}'(?:(?:,| and) '\w{1,200}'){0,20}|[ \t]*$)"
     r"|got multiple values for (?:keyword )?argument '\w{1,200}')"
@@ -115,7 +115,7 @@ _EMBEDDED_CALL = re.compile(
 #: `Qwen2TokenizerFast has no attribute tokenizer`), or a module (ComfyUI's `Cannot import X module for custom nodes: module
 #: 'torch.amp' has no attribute 'custom_fwd'`).
 _EMBEDDED_ATTRIBUTE = re.compile(
-    r"(?:(?<![A-Za-z0-9_.'])(?:module '[A-Za-z_][\w.]{0,200}'|[A-Z]\w{0,200}[a-z]\w{0,200})|(?<![0-9_.'])'[A-Za-z_]\w{0,200}' object)"
+    r"(?:(?<![A-Za-z0-9_.'])(?:module '[A-Za-z_][\w.]{0,200}'|[A-Z]\w{0,200}[a-z]\w{0,200})|(?<![0-9_.'])'[A-Za-z_][\w.]{0,200}' object)"
     r" has no attribute '?\w{1,200}'?"  # a quoted object glued to a label (`PhiPrompt'DynamicCache' object has no …`) too
 )
 
