@@ -8,10 +8,14 @@ none is a held-out log."""
 
 from __future__ import annotations
 
+import tarfile
+from pathlib import Path
+
 import pytest
 from verdicts import sides, verdict
 
-from envmatrix.facts.nameindex import misspelt
+from envmatrix.facts.nameindex import misspelt, requires
+from envmatrix.facts.nameindex_build import build, read_all
 from envmatrix.verdict.logscan import scan_text
 from envmatrix.verdict.remedies import of_mismatch
 
@@ -39,7 +43,7 @@ SITE = "/usr/local/lib/python3.10/site-packages"
             '  File "/opt/conda/lib/python3.11/ctypes/__init__.py", line 376 in __init__\n',
             "import_abi",
         ),
-        ("!!!!!!! Segfault encountered !!!!!!!\n  File \"<unknown>\", line 0, in cuMemcpyAsync\n", "crash"),
+        ('!!!!!!! Segfault encountered !!!!!!!\n  File "<unknown>", line 0, in cuMemcpyAsync\n', "crash"),
         ("ray.exceptions.RayTaskError(EngineDeadError): ray::Worker.generate() (pid=12, ip=10.0.0.1)\n", "engine_error"),
         ("With two GPUs the model outputs only exclamation marks under load.\n", "garbled_output"),
         (
@@ -120,3 +124,19 @@ def test_a_one_liner_is_the_users_code_and_pips_resolver_names_both_sides() -> N
     assert sides(log)[:2] == ("your code", "transformers")
     crossed = of_mismatch(scan_text("llamafactory 0.9.3 requires trl<=0.9.6,>=0.8.6, but you have trl 0.16.1 which is incompatible.\n"))
     assert crossed is not None and (crossed.caller, crossed.callee) == ("llamafactory", "trl")
+
+
+def test_an_sdists_requirements_are_read_and_every_requirement_is_kept(tmp_path: Path) -> None:
+    """deepspeed and flash-attn are published as sdists: their setup.py's install_requires is in the egg-info's requires.txt
+    (before its first extra's section); a requirement the index does not read (pydantic) is kept too."""
+    egg = tmp_path / "requires.txt"
+    egg.write_text("numpy\npydantic>=2.0.0\ntorch>=2.0.0\n\n[all]\nxgboost\n")
+    sdist = tmp_path / "demo-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(egg, arcname="demo-1.0/demo.egg-info/requires.txt")
+        init = tmp_path / "__init__.py"
+        init.write_text("class DemoEngine:\n    pass\n")
+        tar.add(init, arcname="demo-1.0/demo/__init__.py")
+    built = build(read_all([sdist]))
+    assert built["requires"] == {"demo": ["numpy", "pydantic", "torch"]}  # type: ignore[comparison-overlap]
+    assert requires("deepspeed", "torch") and requires("vllm", "pydantic")  # the committed index, rebuilt so
