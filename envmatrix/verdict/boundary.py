@@ -39,7 +39,7 @@ _POSITIONAL = re.compile(
     r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given)"
 )
 _ATTRIBUTE = re.compile(
-    r"(?:['‘’](?:(?P<qual>[A-Za-z_]\w*)(?:\.\w+)*\.)?(?P<cls>\w+)['‘’] object"
+    r"(?:['‘’](?:(?P<qual>[A-Za-z_]\w*(?:\.\w+)*)\.)?(?P<cls>\w+)['‘’] object"
     r"|module ['‘’]?(?P<mod>[\w.]+?)['‘’]?|type object ['‘’](?P<type>\w+)['‘’]|^(?P<bare>[A-Z]\w*))"
     r" has no attribute ['‘’]?(?P<member>\w+)['‘’]?"
     # a lazy loader's own refusal (huggingface_hub's and lazy_loader's `No huggingface_hub attribute hf_api`)
@@ -233,8 +233,9 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
             return "attribute", m.group("lazy"), m.group("lazy_member"), m.group("lazy")
         if m.group("mod"):
             return "attribute", m.group("mod"), m.group("member"), m.group("mod")
-        if m.group("qual") and _known(m.group("qual")):  # a compiled class printed with its module (`'tensorrt.tensorrt.Builder'`)
-            return "attribute", m.group("cls"), m.group("member"), m.group("qual")
+        # a compiled class printed with its module (`'tensorrt_bindings.tensorrt.Builder'`): the first part a package's
+        if qual := next((p for p in (m.group("qual") or "").split(".") if _known(p)), ""):
+            return "attribute", m.group("cls"), m.group("member"), qual
         return "attribute", m.group("cls") or m.group("type") or m.group("bare"), m.group("member"), ""
     if {"AttributeError", "ImportError"} & set(types) and (m := _REMOVED.search(text)) and (module := _import_of(m.group("pkg"))):
         return "attribute", module, m.group("name").rsplit(".", 1)[-1], module

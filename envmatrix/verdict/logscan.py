@@ -353,9 +353,11 @@ _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
     rb"|terminate called after throwing an instance of|[Cc]annot import name \W{0,3}\w|' object has no attribute '"
     rb"|[a-z0-9] has no attribute \w|' has no attribute '|[Nn]o module named '"
-    rb"|\(\) got an unexpected keyword argument '|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
-    rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?: '|\(\) got multiple values for (?:keyword )?argument '"
-    rb"|[Uu]nexpected keyword argument '|model_kwargs`? are not used by the model|"
+    + "|\\(\\) got an unexpected keyword argument ['‘’]".encode()
+    + rb"|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
+    rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?:(?: '|[ \t]*(?m:$))|\(\) got multiple values for (?:keyword )?argument '"
+    + "|[Uu]nexpected keyword argument ['‘’]".encode()
+    + rb"|model_kwargs`? are not used by the model|"
     + "\\bname [`'\"‘’]\\w+[`'\"‘’] is not defined".encode()
     + rb"|(?:\b|\x1b\[[0-9;]*m)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed|Failure|Fault|NotFound|Conflict|OfResources)(?:\([\w.]+\))?"
     rb"(?:\x1b\[[0-9;]*m)*(?::[ \t]|:[A-Z]|\(|:?[ \t\r]*(?:\x1b\[[0-9;]*m)*(?m:$)|:?\x1b)"  # `ValueError:Network …` too

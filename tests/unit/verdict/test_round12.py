@@ -54,6 +54,20 @@ SITE = "/usr/local/lib/python3.10/site-packages"
         ),
         ("AssertionError: BLIP models are not compatible with transformers>=4.27, run pip install transformers==4.25\n", "api_mismatch"),
         ("ImportError: cannot import name 'load_ops' from 'transformer_engine.common' (unknown location)\n", "api_mismatch"),
+        # the eighteenth round: more layers' words
+        ("concurrent.futures.process.BrokenProcessPool: A process in the process pool was terminated abruptly while the future was running\n", "crash"),
+        ("Your session crashed for an unknown reason.\n", "crash"),
+        ("Your session crashed after using all available RAM.\n", "oom"),
+        ("I get no available memory for the cache blocks every time, even at 0.95.\n", "oom"),
+        ("hipErrorNoBinaryForGpu: Unable to find code object for all current devices!\n", "unsupported_gpu"),
+        ("RuntimeError: Couldn't load custom C++ ops. This can happen if your PyTorch and torchvision versions are incompatible\n", "import_abi"),
+        ("jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: multihost_sync\n", "nccl_error"),
+        ("E0120 model_lifecycle.cc:654] failed to load 'm': unable to find backend library for backend 'tensorrtllm'\n", "missing_module"),
+        ("ModuleNotFoundError: No module named 'vllm.engine'; 'vllm' is not a package\n", "error"),
+        ("[AttributeError: 'tensorrt.tensorrt.Builder' object has no attribute 'build_cuda_engine'](https://example.org/q/1)\n", "api_mismatch"),
+        ("Runtime error:  jaxlib version is 0.1.69 but this version of jax requires 0.3.14.\n", "api_mismatch"),
+        ("CUDA backend failed to initialize: Found cuDNN version 8600, but JAX was built against version 8906, which is newer.\n", "api_mismatch"),
+        ("The client fails: `Client.__init__() got an unexpected keyword argument \u2018proxies\u2019`\n", "api_mismatch"),
     ],
 )
 def test_a_failure_in_its_own_layers_words(log: str, expected: str) -> None:
@@ -140,3 +154,21 @@ def test_an_sdists_requirements_are_read_and_every_requirement_is_kept(tmp_path:
     built = build(read_all([sdist]))
     assert built["requires"] == {"demo": ["numpy", "pydantic", "torch"]}  # type: ignore[comparison-overlap]
     assert requires("deepspeed", "torch") and requires("vllm", "pydantic")  # the committed index, rebuilt so
+
+
+def test_a_librarys_own_refusal_of_keywords_names_it_the_callee_and_its_caller_the_asker() -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/heads/metrics.py", line 14, in __init__\n'
+        "    super().__init__(compute_on_step=False, dist_sync_on_step=True)\n"
+        f'  File "{SITE}/torchmetrics/metric.py", line 145, in __init__\n'
+        "    raise ValueError(f\"Unexpected keyword arguments: {', '.join(kwargs_)}\")\n"
+        "ValueError: Unexpected keyword arguments: `compute_on_step`\n"
+    )
+    assert verdict(log) == "api_mismatch"
+    assert sides(log)[:2] == ("heads (your code)", "torchmetrics")
+
+
+def test_a_compiled_class_printed_with_its_module_is_that_packages() -> None:
+    log = "AttributeError: 'tensorrt_bindings.tensorrt.Builder' object has no attribute 'build_engine'\n"
+    assert sides(log)[1] == "tensorrt"
