@@ -99,10 +99,11 @@ def users(module: str, name: str = "") -> tuple[str, ...]:
     return index().uses.get(f"{module}:{name}" if name else module, ())
 
 
-def uses_package(dist: str, package: str) -> bool:
-    """Whether an indexed distribution's own code imports anything of an import package (`llamafactory` → `vllm`): an
-    optional dependency its requirements do not list, which its code still checks and calls."""
-    return canonical(dist) in _package_users().get(package, frozenset())
+def imports_from(dist: str, other: str) -> bool:
+    """Whether an indexed distribution's own code imports anything of another distribution's import packages
+    (`llamafactory` → `vllm`): an optional dependency its requirements do not list, which its code still checks and calls."""
+    packages = import_packages(other) or (other.replace("-", "_"),)
+    return any(canonical(dist) in _package_users().get(p, frozenset()) for p in packages)
 
 
 @cache

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..facts.modules import KNOWN_IMPORTS, SPELLINGS, known_import
-from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, index, misspelt, module_owner, requires, resolve, users, uses_package
+from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, imports_from, index, misspelt, module_owner, requires, resolve, users
 from .ranges import MESSAGE_LINES, Range, in_message
 from .stated import Stated, dist_of
 from .tracebacks import LAZY, Frame, Raised
@@ -134,8 +134,7 @@ class Boundary:
             return False  # a module's attribute: the asker imported that module itself
         if self.caller not in index().releases or self.callee not in index().releases:
             return False
-        packages = import_packages(self.callee) or (self.callee.replace("-", "_"),)
-        return not requires(self.caller, self.callee) and not any(uses_package(self.caller, p) for p in packages)
+        return not requires(self.caller, self.callee) and not imports_from(self.caller, self.callee)
 
     @property
     def uncovered(self) -> bool:
@@ -727,7 +726,7 @@ def _range(raised: Raised, told: tuple[Stated, ...] = ()) -> Boundary | None:
         stated = replace(stated, package=next((d for d in map(_dist, reversed(frames)) if d), ""))
         if not stated.package:
             return None
-    callee = module_owner(stated.package.split("[")[0]) or canonical(stated.package)
+    callee = _needed(stated)
     outside = [(f, _dist(f)) for f in reversed(frames) if _dist(f) and _dist(f) != callee]
     who = stated.said_by or next((m.group("who") for m in _REQUIRER.finditer(raised.value.split("\n", 1)[0]) if _known(m.group("who"))), "")
     if who and module_owner(who) != callee:
@@ -745,11 +744,16 @@ def _range(raised: Raised, told: tuple[Stated, ...] = ()) -> Boundary | None:
     return Boundary("range", stated.package, stated.needed, caller, why, callee, f"the message names {stated.package} as the package needed")
 
 
+def _needed(stated: Range) -> str:
+    """The distribution a range statement names as needed (`transformers[torch]>=4.46` → transformers)."""
+    return module_owner(stated.package.split("[")[0]) or canonical(stated.package)
+
+
 def of_stated(stated: Range) -> Boundary | None:
     """The boundary of a range a log states outside any exception (pip's resolver: `llamafactory 0.9.3 requires
     trl<=0.9.6,>=0.8.6, but you have trl 0.16.1 which is incompatible`): the package stating it is the caller, the one it
     names the callee. None where the statement names no other package as the one that needs it."""
-    callee = module_owner(stated.package.split("[")[0]) or canonical(stated.package)
+    callee = _needed(stated)
     caller = (module_owner(stated.said_by) or canonical(stated.said_by)) if stated.said_by else ""
     if not caller or caller == callee:
         return None
@@ -772,8 +776,7 @@ def _hinted(value: str, callee: str) -> tuple[str, str] | None:
 def _stated_user(callee: str, stated: Iterable[Stated]) -> tuple[str, str] | None:
     """The checker of a range printed without frames: the one package the log states whose own code imports the callee
     (an optional dependency its requirements do not list: llamafactory checks the vllm it imports)."""
-    packages = import_packages(callee) or (callee.replace("-", "_"),)
-    told = [s for s in stated if s.dist != callee and any(uses_package(s.dist, p) for p in packages)]
+    told = [s for s in stated if s.dist != callee and imports_from(s.dist, callee)]
     found = sorted({s.dist for s in told})
     if len(found) != 1:
         return None
