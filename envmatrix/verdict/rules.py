@@ -34,7 +34,7 @@ import fnmatch
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from ..facts import catalog, enginefailures, errorcodes, modules
@@ -161,6 +161,28 @@ def _frames(raised: Raised, attr: str) -> list[str]:
     return [str(getattr(f, attr)) for f in raised.frames]
 
 
+@lru_cache(maxsize=256)
+def _boundary_flags(raised: Raised) -> tuple[str, ...]:
+    """`error.boundary`'s values for one exception: its side (none, own, crossed, unknown) and what the boundary is
+    (indexed, uncovered, private, misspelt, unrelated). Read once per exception, however many rules ask (boundary.of is
+    the costly part of judging it)."""
+    crossed = boundary.of(raised)
+    side = "none" if crossed is None else "own" if crossed.own else "crossed" if crossed.crossed else "unknown"
+    if crossed is None:
+        return (side,)
+    # `indexed`: a release of the callee the index read defines the name; `uncovered`: the callee is a known
+    # distribution the index does not read (scipy), so no release list can say it never had the name
+    private = crossed.kind == "import_name" and crossed.callee not in ("", "user") and re.search(r"\._[a-z]", crossed.name) is not None
+    flags = (
+        (["indexed"] if crossed.indexed else [])
+        + (["uncovered"] if crossed.uncovered else [])
+        + (["private"] if private else [])
+        + (["misspelt"] if crossed.misspelt else [])
+        + (["unrelated"] if crossed.unrelated else [])
+    )
+    return (side, *flags)
+
+
 def _values(key: str, raised: Raised) -> list[str]:
     match key:
         case "error.type":
@@ -177,21 +199,7 @@ def _values(key: str, raised: Raised) -> list[str]:
             codes = errorcodes.find(raised.value.split("\n", 1)[0])
             return [c.outcome for c in codes] + [c.name for c in codes]
         case "error.boundary":
-            crossed = boundary.of(raised)
-            side = "none" if crossed is None else "own" if crossed.own else "crossed" if crossed.crossed else "unknown"
-            if crossed is None:
-                return [side]
-            # `indexed`: a release of the callee the index read defines the name; `uncovered`: the callee is a known
-            # distribution the index does not read (scipy), so no release list can say it never had the name
-            private = crossed.kind == "import_name" and crossed.callee not in ("", "user") and re.search(r"\._[a-z]", crossed.name) is not None
-            flags = (
-                (["indexed"] if crossed.indexed else [])
-                + (["uncovered"] if crossed.uncovered else [])
-                + (["private"] if private else [])
-                + (["misspelt"] if crossed.misspelt else [])
-                + (["unrelated"] if crossed.unrelated else [])
-            )
-            return [side, *flags]
+            return list(_boundary_flags(raised))
         case "error.bare":
             return ["yes" if raised.bare else "no"]
         case "error.undefined":
