@@ -45,6 +45,13 @@ SOURCES: tuple[str, ...] = (
     "vllm==0.8.5", "flash-attn", "liger-kernel", "bitsandbytes", "datasets", "ray", "sglang", "megatron-core", "unsloth",
     "unsloth-zoo", "verl", "openrlhf", "ms-swift", "llamafactory", "huggingface-hub", "safetensors", "xformers", "triton",
     "flashinfer-python",
+    # the frameworks around the stack that users' tracebacks cross as often (a Lightning `Trainer` refusing `gpus`, a
+    # sentence-transformers model, a timm backbone), and the older releases of those still run. Not `lightning`: its code
+    # is pytorch-lightning's under another import name, and users' prose calls pytorch-lightning "lightning"; nor
+    # pytorch-lightning before 1.9, whose metadata today's pip refuses; nor diffusers, which vendors models' remote code
+    # (Kolors' `ChatGLMTokenizer`): the index would name diffusers for the remote code users load through transformers
+    "pytorch-lightning", "pytorch-lightning==1.9.5", "torchmetrics", "sentence-transformers", "torchvision", "timm",
+    "transformers==4.30.2", "transformers==3.5.1", "trl==0.11.4", "keras", "mmengine", "jax", "flax",
 )  # fmt: skip
 #: Published only as source archives (pip download takes the sdist; its metadata is not built).
 SDIST_ONLY = frozenset({"deepspeed", "flash-attn"})
@@ -287,6 +294,8 @@ def build(dists: dict[str, Distribution]) -> dict[str, object]:
     imports: dict[str, dict[str, str]] = {}
     for d in dists.values():
         for n, tops in sorted(d.imports.items()):
+            if n in d.names:  # its own name (transformers' `Trainer`), whatever one module imports under it
+                continue
             sources = {owner[t] for t in tops if t in owner and owner[t] != d.name} & definers.get(n, set())
             if len(definers.get(n, ())) > 1 and len(sources) == 1:
                 imports.setdefault(d.name, {})[n] = sources.pop()
@@ -363,11 +372,19 @@ def _shared_exports(dists: dict[str, Distribution], definers: dict[str, set[str]
     return out
 
 
-def pinned() -> tuple[str, ...]:
+def pinned(sources: tuple[str, ...] = SOURCES) -> tuple[str, ...]:
     """SOURCES as the committed index read them: `name==release` for every release it records (a rebuild from the same
-    releases, to change how they are read without changing what is read)."""
+    releases, to change how they are read without changing what is read), and the sources it does not record yet (a
+    package or release added to SOURCES: the rebuild adds it and moves nothing else)."""
     releases: dict[str, list[str]] = json.loads(DATA_FILE.read_text(encoding="utf-8"))["releases"]
-    return tuple(f"{name}=={v}" for name, versions in releases.items() for v in versions)
+    recorded = tuple(f"{name}=={v}" for name, versions in releases.items() for v in versions)
+    new = []
+    for spec in sources:
+        name, _, version = spec.partition("==")
+        known = releases.get(canonical(name))
+        if known is None or (version and version not in known):
+            new.append(spec)
+    return (*recorded, *new)
 
 
 def download(folder: Path, sources: tuple[str, ...] = SOURCES) -> None:
@@ -394,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wheels", type=Path, action="append", default=[], help="a folder of wheels / sdists to read")
     p.add_argument("--download", type=Path, help="pip download SOURCES into this folder first, then read it")
     p.add_argument("--out", type=Path, default=DATA_FILE)
-    p.add_argument("--pinned", action="store_true", help="download the releases the committed index records, not the newest")
+    p.add_argument(
+        "--pinned", action="store_true", help="download the releases the committed index records (and the sources it does not record yet), not the newest"
+    )
     args = p.parse_args(argv)
     folders = [*args.wheels]
     if args.download:

@@ -378,6 +378,8 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
         owner = _owner(name)
         if owner in _CONSTRUCTORS:  # Python <= 3.9: `__init__()` without its class; the source line names what it built
             owner, options = constructed(raised.source, member)
+            if not owner and raised.above and _FORWARD.search(raised.source):  # a decorator passed the call on: the frame above built it
+                owner, options = constructed(raised.above, member)
             name = f"{owner}.{name}" if owner else name
             if not owner:
                 said = f"the source line constructs {', '.join(options)}" if options else "no source line names the class"

@@ -528,6 +528,24 @@ def remedy(outcome: Outcome, facts: RunFacts, also: tuple[Outcome, ...] = ()) ->
     return default
 
 
+#: The user's own words for a failure the log does not print (logscan's `notice:said_*`), and why the words are all there is.
+_SAID = {
+    "notice:said_garbled": (Outcome.GARBLED_OUTPUT, "no garbled text is printed long enough to measure"),
+    "notice:said_oom": (Outcome.OOM, "no allocator's or kernel's out-of-memory message is printed"),
+    "notice:said_zero_grad": (Outcome.ZERO_GRAD, "no logged step's metrics are printed to judge"),
+}
+
+
+def _said(facts: RunFacts) -> tuple[Outcome, str] | None:
+    """The failure the log's own words tell, the first told where it tells several; None where it tells none."""
+    told = sorted((hit.line_no, key) for key in _SAID if (hit := facts.scan.hits.get(key)) is not None)
+    if not told:
+        return None
+    key = told[0][1]
+    outcome, why = _SAID[key]
+    return outcome, f"{facts.scan.hits[key].quote()} (the log's own words: {why})"
+
+
 def classify(facts: RunFacts) -> Verdict:
     """The first rule that fires decides; every other rule that fires is listed in `also`. An exception only a fallback
     rule names (a new failure inside an engine's frames) decides when nothing but `error` would."""
@@ -538,8 +556,8 @@ def classify(facts: RunFacts) -> Verdict:
             fired.insert(0, (Outcome(weak.outcome), evidence.quote(weak)))
         elif (start := facts.scan.hits.get("notice:engine_start")) is not None:  # an engine that did not start, its cause unnamed
             fired.insert(0, (Outcome.ENGINE_ERROR, start.quote()))
-    if not fired and (said := facts.scan.hits.get("notice:said_garbled")) is not None:  # told in words, nothing else failed
-        fired.append((Outcome.GARBLED_OUTPUT, f"{said.quote()} (the log's own words: no garbled text is printed long enough to measure)"))
+    if not fired and (told := _said(facts)) is not None:  # told in words, nothing else failed
+        fired.append(told)
     if not fired:
         trained = _ok_evidence(facts)
         if trained is None:

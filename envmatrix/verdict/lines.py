@@ -40,7 +40,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
         r"\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?=\s)",  # vLLM's `11-10 23:43:19`
         r"\d\d:\d\d:\d\d(?:[.,]\d+)?(?:\s+[-|](?=\s))?(?=\s)",
         r"[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d\s+[\w.-]+\s+[\w.@-]+\[\d+\]:",  # syslog: `Oct 04 13:19:39 host unit[394]:`
-        r"(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)(?::[\w.]+:|\s*[:|]|\s+-(?=\s)|(?=\s))",  # levels
+        # levels, also behind the component that logged (`stdout/INFO`, `health/ERROR`)
+        r"(?:[a-z][\w-]{0,30}/)?(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)(?::[\w.]+:|\s*[:|]|\s+-(?=\s)|(?=\s))",
         r"[-|]\s+(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[-|](?=\s)",
         r"[\w.:-]{1,80}\s+[-|]\s+(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[-|](?=\s)",  # logging's `name - LEVEL - `
         r"[\w-]{1,80}\.(?:py|cc|cpp|cu|c|h|rs|go):\d+\]?:?(?=\s)",  # logging.cc:484:

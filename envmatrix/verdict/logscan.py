@@ -166,16 +166,19 @@ SIGNATURES: dict[str, str] = {
     "grad_lost:element0": r"element\s+\d+\s+of\s+(?:tensors|variables)\s+does\s+not\s+require\s+grad",  # 'variables': torch < 1.0
     "grad_lost:none_output": r"none\s+of\s+output\s+has\s+requires_grad=True",
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
+    # DDP's reducer: parameters of the model produced no gradient in the last step (unused in the loss)
+    "grad_lost:ddp_unused": r"Expected\s+to\s+have\s+finished\s+reduction\s+in\s+the\s+prior\s+iteration",
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
-    "nan_loss:phrase": r"(?i:\bloss(?:es)?\s+(?:is|are|became|becomes|was|were|went|goes|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:to\s+)?(?:nan|inf)\b)",
+    "nan_loss:phrase": r"(?i:\bloss(?:es)?\s+(?:is|are|became|becomes|was|were|went|goes|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+"
+    r"(?:always\s+|still\s+)?(?:to\s+)?(?:nan|inf)\b)",
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
     "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore"
     # apex, DeepSpeed and fairseq halving a scale that every step overflows, down to 2 or below (apex's past 1e-10)
     r"|(?:reducing|setting) (?:loss scale )?to:? (?:[0-2](?:\.\d+)?(?:e-\d+)?|\d(?:\.\d+)?e-\d{2,})(?:[^\d.]|\.(?:\D|$)|$))",
     # a trainer's or engine's own notice that the gradient norm is not finite (a clip that raised, a skipped step's report)
-    "nan_loss:grad_norm": r"(?i:grad(?:ient)?[ _]norm\s+(?:is|was|became)\s+(?:not\s+finite|non-?finite|nan|inf)\b"
+    "nan_loss:grad_norm": r"(?i:grad(?:ient)?[ _]norm\s+(?:is|was|became)\s+(?:always\s+|still\s+)?(?:not\s+finite|non-?finite|nan|inf)\b"
     r"|non-?finite\s+(?:grad(?:ient)?s?\s+norm|grad(?:ient)?[ _]norm)|for gradients from `parameters` is non-finite"
     r"|(?:nan|inf)\s+(?:found|detected)\s+in\s+(?:the\s+)?(?:local\s+)?grad(?:ient)?s?\b)",
     "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
@@ -277,6 +280,14 @@ SIGNATURES: dict[str, str] = {
     r"|\brepeat(?:s|ed|ing)?\s+until\s+(?:the\s+)?max(?:imum)?\s*(?:new\s+)?(?:tokens?|length)"
     r"|(?:\boutputs?|\bresponses?|\bgenerat\w*|输出|回复|回答)(?s:.{0,30}?)[!！]{4,}"
     r"|\b(?:outputs?|responses?|repl(?:y|ies)|generat\w*|returns?)\s+(?:only|nothing but|just)\s+(?:exclamation marks|question marks|empty strings)\b)",
+    # not an outcome: the user's own words that the run ran out of memory (`报 OOM`, `we hit OOM at step 3`, `it runs out of
+    # GPU memory`); decides only where nothing else does
+    "notice:said_oom": r"(?i:\b(?:reports?|reported|got|gets?|getting|hits?|hitting|throws?|threw|encounter(?:s|ed|ing)?|causes?|caused"
+    r"|results? in|leads? to|led to)\s+(?:an?\s+|the\s+)?(?:CUDA\s+|GPU\s+)?OOM\b|\bOOM\s+(?:error|again|happens|occurs|occurred)\b"
+    r"|\b(?:runs?|ran|running)\s+out\s+of\s+(?:GPU\s+|CUDA\s+|device\s+|video\s+)?memory\b)|报\s*OOM|出现\s*OOM|OOM了|显存不足|显存溢出|爆显存",
+    # not an outcome: the user's words that no gradient flows (`0 loss and 0 grad_norm`, `grad_norm is always 0`)
+    "notice:said_zero_grad": r"(?i:\b(?:grad(?:ient)?[_ ]norms?|gradients?)\s+(?:is|are|was|were|stays?|remains?|always\s+is)\s+(?:always\s+|all\s+)?"
+    r"(?:0|zero)(?:\.0+)?\b|\b(?:0|zero)\s+grad(?:ient)?[_ ]norms?\b)",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",

@@ -1,7 +1,7 @@
 """What a log states about the packages around a failure: the versions it lists (`transformers 4.49.0`,
 `- **vLLM version**: 0.11.0`, `peft-0.5.0`, `trl版本0.12.0`), the imports and calls of the code it shows
 (`from peft import PeftModel`, `deepspeed.initialize(model)`), the launcher it ran (`llamafactory-cli train`,
-`python -m verl.trainer.main_ppo`), and, weakest, the packages its prose names (`the original code in verl assumed…`). An
+`python -m verl.trainer.main_ppo`), the links to a line of its source, and, weakest, the packages its prose names (`the original code in verl assumed…`). An
 exception pasted without its frames says nothing of who made the call; these statements are what the log says instead
 (boundary.py takes the one stated package that requires the callee, the code's statements first, the prose's last).
 
@@ -22,7 +22,7 @@ from ..facts.nameindex import canonical, index
 #: How a package was stated, by the pattern's group: a version listed, an import, a call in code, a launcher, a word of prose.
 HOW = {
     **{"st_v": "version", "st_f": "import", "st_i": "import", "st_c": "call"},
-    **{"st_l": "launch", "st_m": "launch", "st_s": "launch", "st_t": "launch", "st_p": "named"},
+    **{"st_l": "launch", "st_m": "launch", "st_s": "launch", "st_t": "launch", "st_u": "link", "st_p": "named"},
 }
 
 
@@ -46,7 +46,7 @@ class Stated:
     @property
     def said(self) -> str:
         """How the log says it, as a verb: `lists` a version, `imports`, `calls`, `runs`, `names` in its prose."""
-        return {"version": "lists", "import": "imports", "call": "calls", "launch": "runs"}.get(self.how, "names")
+        return {"version": "lists", "import": "imports", "call": "calls", "launch": "runs", "link": "links the source of"}.get(self.how, "names")
 
     @property
     def code(self) -> bool:
@@ -90,7 +90,10 @@ def pattern() -> str:
         rf"(?m:^)[ \t>]*(?:\$[ \t]*{env}(?P<st_s>{scripts})[ \t]+\S"
         rf"|{env}(?P<st_t>{scripts})[ \t]+(?:[a-z][\w-]*[ \t]+)?(?:--?[A-Za-z][^\n]*|[^\n]*\\[ \t]*(?m:$)))"
     )
+    # a link to a line of a package's own source (`github.com/microsoft/DeepSpeed/blob/ffb53c2/deepspeed/elasticity/…py#L9`):
+    # the code the user shows making the call
+    linked = rf"github\.com/[\w.-]+/[\w.-]+/blob/[\w.-]+/(?:src/)?(?P<st_u>{alt})/[\w/.-]*\.py\b"
     # a package named in the prose around (`The original code in verl assumed…`, `LLaMaFactory源码里`): a word of its own
     # (Chinese runs words together), not a path or a module
     named = rf"(?:(?m:^)|[ \t(`'\"*]|[^\x00-\x7f])(?P<st_p>{alt})(?:[ \t)`'\"*,:;!?]|\.(?:[ \t]|(?m:$))|(?m:$)|[^\x00-\x7f])"
-    return "|".join(f"(?:{p})" for p in (version, imported, called, launched, command, named))
+    return "|".join(f"(?:{p})" for p in (version, imported, called, launched, command, linked, named))

@@ -85,6 +85,9 @@ _IGNORED = "Exception ignored in"
 #: An exception type glued to the end of another process's text (ranks printing into one console without line ends):
 #: `…param.ds_summary()AssertionError`, `…cuda()RuntimeError: message`.
 _GLUED = re.compile(r"(?<=[)\]'\"])(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{0,80}(?:Error|Exception))(?::\s?(?P<value>.*))?$")
+#: An exception named by its module path inside a sentence (`请问有人遇到 triton.runtime.errors.OutOfResources: out of …`, `I
+#: get torch.cuda.OutOfMemoryError: CUDA out of memory`): a dotted type is no word of prose, so the rest is its message.
+_QUALIFIED = re.compile(r"(?<![\w.])(?P<type>(?:[a-z_]\w{0,40}\.){1,6}[A-Z]\w{0,80}):[ \t]+(?P<value>\S.*)$")
 #: A frame's source line that raises: what a traceback cut before its exception line was about to print.
 _RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.*)$")
 #: Python's ImportError message printed alone (no type, no traceback: a launcher or a user's quote kept only the message):
@@ -238,6 +241,7 @@ class Raised:
     cause: Raised | None = None
     headless: bool = False  # its frames began without the `Traceback` header: outer frames may be cut from the excerpt
     source: str = ""  # the source line printed under its last frame (or right above it, where no frame was kept)
+    above: str = ""  # the source line printed under the frame before the last (the call a pass-through frame passed on)
     bare: bool = False  # the message alone, without its type (`cannot import name 'X' from 'trl'`)
     importer: str = ""  # the module a lazy-import wrapper right above names as the one whose import failed
     hidden: tuple[int, str, str] | None = None  # frames a notebook folded: after how many printed ones, its words (`8 frames`), and
@@ -368,6 +372,7 @@ class _Stream:
     value_lines: int = 0
     frame_line: int = 0  # the log line of the last frame read
     source: str = ""  # the source line printed under the last frame
+    above: str = ""  # the source line printed under the frame before it
     logged: bool = False  # whether the last exception line came through a logger (its message's lines do too)
     announced: tuple[str, int] | None = None  # an ERROR record printed just before the traceback: its text and line
     ipython: bool = False  # the traceback is IPython's (numbered source lines under each frame)
@@ -495,6 +500,9 @@ class Reader:
         if glued := _GLUED.search(text):
             self._raise(st, glued, glued.group(0), line_no, logical.stream, logical.logged)
             return True
+        if not st.in_traceback and "." in text and (qualified := _QUALIFIED.search(text)) and _is_exception(qualified.group("type"), "", False):
+            self._raise(st, qualified, qualified.group(0), line_no, logical.stream, logical.logged)
+            return True
         bare = "ImportError" if text.startswith("cannot import name") and _BARE_IMPORT.match(text) else ""
         typed = False
         if not bare and (embedded := _embedded(text, st.in_traceback)):
@@ -596,7 +604,7 @@ class Reader:
                     self._replace(last, st.last)
             else:
                 st.frames.append(frame)
-        st.after_frame, st.source = st.fatal is None, ""
+        st.after_frame, st.source, st.above = st.fatal is None, "", st.source
 
     def _raise(self, st: _Stream, m: re.Match[str], text: str, line_no: int, stream: str, logged: bool) -> None:
         cause = st.last if st.cause_next else None
@@ -620,10 +628,11 @@ class Reader:
             headless=st.headless,
             hidden=st.hidden,
             source=source,
+            above=st.above if st.frames else "",
         )
         st.frames, st.in_traceback, st.after_frame, st.cause_next, st.ignored_next, st.ipython = [], False, False, False, False, False
         st.hidden = None
-        st.announced, st.source, st.code = None, "", None
+        st.announced, st.source, st.above, st.code = None, "", "", None
         self._emit(st, raised)
         self._imported_by(cause, raised.frames, raised.value)
         st.value_lines, st.logged = 1, logged

@@ -54,10 +54,11 @@ def test_a_remote_models_class_lacking_a_member_of_its_base_class_is_built_on_th
 
 
 def test_a_member_is_never_given_to_a_package_the_log_does_not_show() -> None:
-    """jax's `ShapedArray` (jax is no indexed package) lacking a member one indexed package happens to have: not that one."""
+    """paddle's `EagerParamBase` (paddle is no indexed package) lacking a member one indexed package happens to have: not
+    that one."""
     log = _traceback(
-        (f"{SITE}/jax/_src/core.py", 366, "__getattr__", "raise AttributeError("),
-        error="AttributeError: 'ShapedArray' object has no attribute 'warnings_issued'",
+        (f"{SITE}/paddle/base/framework.py", 366, "__getattr__", "raise AttributeError("),
+        error="AttributeError: 'EagerParamBase' object has no attribute 'warnings_issued'",
     )
     assert last_boundary(log).callee == ""
 

@@ -44,6 +44,7 @@ def test_versions_are_read_in_the_shapes_users_list_them() -> None:
         ("llamafactory", "version"),
         ("torch", "version"),
         ("flash-attn", "version"),
+        ("torchvision", "version"),
     ]
 
 
