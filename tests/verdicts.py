@@ -20,11 +20,17 @@ def last_boundary(log: str) -> Boundary:
     return found[-1]
 
 
-def sides(log: str) -> tuple[str, str, str]:
-    """(caller, callee, why the caller) of the API mismatch the log shows."""
+def crossed(log: str) -> Boundary:
+    """The boundary of the API mismatch the log shows, read with the whole log around it (as classify's evidence is)."""
     scan = scan_text(log.encode())
     judged = strong(scan, "api_mismatch")
     assert judged is not None, log
-    crossed = of_scan(scan, judged, {})
-    assert crossed is not None
-    return crossed.who, crossed.callee_who, crossed.caller_reason
+    found = of_scan(scan, judged, {})
+    assert found is not None
+    return found
+
+
+def sides(log: str) -> tuple[str, str, str]:
+    """(caller, callee, why the caller) of the API mismatch the log shows."""
+    found = crossed(log)
+    return found.who, found.callee_who, found.caller_reason

@@ -26,7 +26,7 @@ from typing import Any
 from ..facts.modules import KNOWN_IMPORTS, SPELLINGS, known_import
 from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, imports_from, index, misspelt, module_owner, requires, resolve, users
 from .ranges import MESSAGE_LINES, Range, in_message
-from .stated import Stated, dist_of
+from .stated import Shown, Stated, dist_of
 from .tracebacks import LAZY, Frame, Raised
 
 _KEYWORD = re.compile(
@@ -139,8 +139,9 @@ class Boundary:
     @property
     def uncovered(self) -> bool:
         """The callee is an installed distribution the name index does not read (a widely installed library outside the
-        training stack: scipy, numpy): whether one of its releases defines a name cannot be looked up."""
-        return bool(self.callee) and self.callee != "user" and self.callee not in index().releases
+        training stack: scipy, numpy), or reads in one release only (torchvision): whether one of its releases defines a
+        name cannot be looked up (a name an earlier release had and removed is in no release read)."""
+        return bool(self.callee) and self.callee != "user" and len(index().releases.get(self.callee, ())) < 2
 
     @property
     def crossed(self) -> bool:
@@ -335,9 +336,17 @@ def constructed(source: str, member: str = "") -> tuple[str, tuple[str, ...]]:
     return (names[0], names) if len(names) == 1 else ("", names)
 
 
-def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), around: Iterable[str] = (), stated: Iterable[Stated] = ()) -> Boundary | None:
+def of(
+    raised: Raised,
+    *,
+    installed: Mapping[str, str] | Iterable[str] = (),
+    around: Iterable[str] = (),
+    stated: Iterable[Stated] = (),
+    calls: Iterable[Shown] = (),
+) -> Boundary | None:
     """The boundary an exception was raised at, or None when its message names no call, attribute, import or range.
-    `around`: the distributions whose frames the rest of the log shows; `stated`: the packages it states (stated.py)."""
+    `around`: the distributions whose frames the rest of the log shows; `stated`: the packages it states, `calls`: the
+    classes its code constructs (stated.py)."""
     stated = tuple(stated)  # read more than once: who imports the name, then who requires its package
     called = _called(raised)
     if called is None:
@@ -375,11 +384,14 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
         else:
             resolved = Resolved("", f"{module} is no installed package's module the name index knows (the user's own, perhaps)")
     else:
-        owner = _owner(name)
+        owner, pasted = _owner(name), ""
         if owner in _CONSTRUCTORS:  # Python <= 3.9: `__init__()` without its class; the source line names what it built
             owner, options = constructed(raised.source, member)
             if not owner and raised.above and _FORWARD.search(raised.source):  # a decorator passed the call on: the frame above built it
                 owner, options = constructed(raised.above, member)
+            if not owner and not options and kind == "keyword" and (built := _shown_with(member, calls)) is not None:
+                owner = built.name  # no line printed builds it: the code the log shows does
+                pasted = f"the log's code constructs {owner}(…, {member}=…) (line {built.line_no})"
             name = f"{owner}.{name}" if owner else name
             if not owner:
                 said = f"the source line constructs {', '.join(options)}" if options else "no source line names the class"
@@ -402,6 +414,8 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
                 resolved = _named_for(owner) or resolved
         elif _owner(name) not in _CONSTRUCTORS:
             resolved = Resolved("", f"{name} names no class or function")
+        if pasted:
+            resolved = Resolved(resolved.dist, f"{pasted}; {resolved.reason}", resolved.candidates)
         if wrapper and not resolved.dist and (wrapper in resolved.candidates or wrapper not in index().releases):
             # its package defines what it wraps: among the candidates, or a package the index does not read
             resolved = Resolved(
@@ -459,6 +473,13 @@ def of(raised: Raised, *, installed: Mapping[str, str] | Iterable[str] = (), aro
 _VENV_IN = re.compile(r"[/\\](?P<checkout>[A-Za-z][\w.-]*)[/\\]\.?v?env[\w.-]*[/\\](?:lib|Lib)[/\\]")
 
 
+def _shown_with(member: str, calls: Iterable[Shown]) -> Shown | None:
+    """The one class the log's code constructs passing `member=` (`TrainingArguments(…, evaluation_strategy="steps")`),
+    None where none or several different ones do."""
+    passing = [c for c in calls if member in c.keywords]
+    return passing[0] if len({c.name for c in passing}) == 1 else None
+
+
 def _checkout(raised: Raised, callee: str) -> tuple[str, str] | None:
     """The caller of an exception printed without frames whose message shows the environment living inside a checkout
     of a stack package (`…/sglang/venv/lib/…/site-packages/transformers/…`): the program that ran is that package's."""
@@ -472,19 +493,22 @@ def _checkout(raised: Raised, callee: str) -> tuple[str, str] | None:
 def _stated_caller(callee: str, member: str, stated: Iterable[Stated]) -> tuple[str, str] | None:
     """The caller of an exception printed without frames, from what the log states (stated.py): the one stated package
     that requires the callee (the wheels' requirements, not optional imports: transformers and deepspeed import from each
-    other), the topmost where one requires another (llamafactory over the trl it requires); the code's statements first,
+    other; but a source file the log links or names, `swift/llm/infer/infer_engine/vllm_engine.py`, is code that imports
+    it), the topmost where one requires another (llamafactory over the trl it requires); the code's statements first,
     then the versions listed, then the prose. None where the code shown imports the name itself (the user's import), or no
     single package is left. A package outside the index is never stated: a log listing autoawq and peft names peft."""
     told = list(stated)
     if callee in ("", "user") or _imports_itself(callee, member, told):
         return None
-    uses = [s for s in told if s.dist != callee and requires(s.dist, callee)]
+    # the source file the log points at may call what its package imports without requiring it (ms-swift's vLLM engine)
+    uses = [s for s in told if s.dist != callee and (requires(s.dist, callee) or (s.how == "link" and imports_from(s.dist, callee)))]
     for pool in ([s for s in uses if s.code], [s for s in uses if s.how != "named"], uses):
         dists = {s.dist for s in pool}
         top = [d for d in dists if not any(requires(o, d) for o in dists if o != d)]
         if len(top) == 1:
             said = next(s for s in pool if s.dist == top[0])
-            why = f"the log {said.said} {said.dist} ({said.quote()}), the one package it names that requires {callee}"
+            needs = "requires" if requires(said.dist, callee) else "imports"
+            why = f"the log {said.said} {said.dist} ({said.quote()}), the one package it names that {needs} {callee}"
             return said.dist, f"no frame of the caller is printed; {why}"
     return None
 

@@ -46,7 +46,7 @@ def crossing(scan: LogScan | None, raised: Raised, installed: Mapping[str, str] 
     if scan is None:
         return boundary.of(raised, installed=installed or {})
     around = [f.package for j in scan.judged for f in j.raised.frames if f.package not in ("", "python")]
-    return boundary.of(raised, installed=installed or {}, around=around, stated=scan.stated)
+    return boundary.of(raised, installed=installed or {}, around=around, stated=scan.stated, calls=scan.shown)
 
 
 def _across(raised: Raised, scan: LogScan | None) -> str:

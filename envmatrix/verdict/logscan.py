@@ -29,7 +29,7 @@ from ..facts.enginefailures import FAILURES as ENGINE_FAILURES
 from .garble import CHAR_RUN, garbled
 from .lines import clean, unflatten
 from .rules import Judged, judge
-from .stated import HOW, Stated, dist_of
+from .stated import HOW, Shown, Stated, dist_of
 from .stated import pattern as stated_pattern
 from .tracebacks import PROGRESS as _PROGRESS
 from .tracebacks import Raised, Reader
@@ -48,6 +48,11 @@ REGION_GAP = 3  # lines that are not a traceback's end a region (other ranks' li
 CODE_HITS = 64  # lines read for library error codes (the first ones: a code is printed where a failure starts)
 HARMLESS_HITS = 4096  # lines a signature matched that say nothing failed (HARMLESS) passed over; then it is read no further
 STATED_HITS = 256  # statements of installed packages read (versions listed, imports; the head of a log states them)
+CALLS_SHOWN = 16  # classes the log's code constructs (`args = TrainingArguments(`) read, with the keywords they pass
+CALL_BYTES = 4096  # how far a call's parentheses are followed over its lines
+#: A line of code that constructs a class (`training_args = TrainingArguments(`, `>>> trainer = Trainer(amp_type='apex')`):
+#: where an `__init__()` is printed without its class and no frame shows its call, the code the user pasted does.
+_CALL_SHOWN = rb"(?m:^)[ \t>]*(?:[A-Za-z_][\w.\[\]]*[ \t]*=[ \t]*)?(?:[A-Za-z_]\w*\.)*[A-Z]\w*\("
 
 #: RE2's memory for one compiled alternation: its default (8 MiB) is too small a DFA cache for every signature at once, and
 #: a DFA out of memory falls back to the NFA, many times slower. 64 MiB is per pattern (a few are cached), not per log.
@@ -83,14 +88,17 @@ SIGNATURES: dict[str, str] = {
     "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
     # Windows' and macOS's loaders refusing a compiled extension, quoted without the exception's type (`DLL load failed while
     # importing flash_attn_2_cuda`, `dlopen(…_sentencepiece.cpython-310-darwin.so, 0x0002): Library not loaded: @rpath/…`)
-    "import_abi:dll": r"DLL load failed while importing \w+"
+    # a runtime's own loader naming the library it could not load (CTranslate2: `Library cublas64_12.dll is not found or
+    # cannot be loaded`)
+    "import_abi:lib_load": r"Library [\w.+-]+\.(?:dll|so(?:\.\d+)*|dylib) is not found or cannot be loaded",
+    "import_abi:dll": r"DLL load failed while importing \w+|LoadLibrary failed with error \d+"
     r"|\bdlopen\([^)\n]{1,400}\): (?:Library not loaded|Symbol not found|[^\n]{0,200}incompatible architecture)",
     # TensorFlow's and JAX's check of the cuDNN loaded against the one they were built with
     "import_abi:cudnn_version": r"Loaded runtime CuDNN library: [\d.]+ but source was compiled with:? [\d.]+",
     # an architecture the installed transformers does not know: the probe's wording, then transformers' own
     "unknown_model:probe": r"model_type '[\w.-]+' \([^)]*\) is not known to transformers [\w.]+",
     "unknown_model:auto": r"has model type `[\w.-]+` but Transformers does not recognize this architecture",
-    "unknown_model:unrecognized": r"Unrecognized model in \S+\. Should have a `model_type` key",
+    "unknown_model:unrecognized": r"Unrecognized model in \S+\. Should have a `?model_type`? key",
     # the training engines' own failures (DeepSpeed ZeRO, FSDP, accelerate): facts/enginefailures.py owns them
     **{f"{failure.outcome}:{name}": failure.pattern for name, failure in ENGINE_FAILURES.items()},
     # a module or library that is not installed (or lacks a name): the evidence names it, the context the importer
@@ -127,6 +135,9 @@ SIGNATURES: dict[str, str] = {
     "unsupported_gpu:setup": r"(?i:(?:setup|device|gpu|hardware|machine)\s+(?:doesn't|does\s+not|cannot|can't)\s+support\s+(?:bf16|bfloat16|fp8|tf32|flash))",
     # ptxas refusing an instruction the target GPU lacks (`Feature 'cvt.bf16.f32' requires .target sm_80 or higher`: a
     # Triton kernel's bf16 on a pre-Ampere GPU)
+    # vLLM's check of a quantization method against the GPU (`The quantization method awq is not supported for the current
+    # GPU. Minimum capability: 75. Current capability: 70.`)
+    "unsupported_gpu:capability": r"not supported for the current GPU\. Minimum capability: \d+\. Current capability: \d+",
     "unsupported_gpu:ptxas": r"Feature '[^'\n]{1,80}' requires \.target sm_\d+ or higher",
     "oom:cuda": r"CUDA out of memory",
     # torch's allocator message without its first words (an excerpt that kept its tail)
@@ -171,7 +182,10 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
     "nan_loss:phrase": r"(?i:\bloss(?:es)?\s+(?:is|are|became|becomes|was|were|went|goes|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+"
-    r"(?:always\s+|still\s+)?(?:to\s+)?(?:nan|inf)\b)",
+    r"(?:always\s+|still\s+)?(?:to\s+)?(?:nan|inf)\b"
+    # `I got the following NaN loss`, and in Chinese (`loss为nan`, `loss变成了nan`)
+    r"|\b(?:got|get|gets|getting|see|seeing|saw|encounter(?:s|ed)?|hit)\s+(?:an?\s+|the\s+(?:following\s+)?)?nan\s+loss(?:es)?\b)"
+    + "|(?i:\\bloss\\s*(?:为|是|变成了?|变为|出现了?)\\s*(?:nan|inf)\\b)",
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
     "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore"
@@ -181,7 +195,9 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:grad_norm": r"(?i:grad(?:ient)?[ _]norm\s+(?:is|was|became)\s+(?:always\s+|still\s+)?(?:not\s+finite|non-?finite|nan|inf)\b"
     r"|non-?finite\s+(?:grad(?:ient)?s?\s+norm|grad(?:ient)?[ _]norm)|for gradients from `parameters` is non-finite"
     r"|(?:nan|inf)\s+(?:found|detected)\s+in\s+(?:the\s+)?(?:local\s+)?grad(?:ient)?s?\b)",
-    "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!",
+    "garbled_output:bangs": r"!!!!!!!!!!!!!!!!!!!!!!!!|(?:! ){16}!",  # also as a tokenizer spaced them
+    # sentencepiece's unknown piece (`⁇`) over and over: ids the tokenizer has no text for
+    "garbled_output:unknown_pieces": r"(?:⁇[ \t]*){12}",
     # a meter's running average that a NaN step poisoned (timm's and BEiT's MetricLogger print `value (global average)`:
     # `grad_norm: 0.3922 (nan)`), while the last value shown is finite
     # a logger's key-value table (OpenAI's `| loss          | nan       |`)
@@ -231,6 +247,8 @@ SIGNATURES: dict[str, str] = {
     # same signal (`AddressSanitizer: SEGV on unknown address`, `AddressSanitizer:DEADLYSIGNAL`)
     "crash:segv": r"(?i:segmentation fault)|AddressSanitizer:\s?(?:SEGV|DEADLYSIGNAL)\b|!!!!!!! Segfault encountered !!!!!!!",
     "crash:bus": r"Bus error",
+    # ggml's assertion: it aborts the process (llama.cpp, whisper.cpp and their Python bindings)
+    "crash:ggml_assert": r"GGML_ASSERT\([^\n]{1,300}\)(?:\s+failed)?",
     # the shell's notice (also in a Chinese locale, or lower-cased alone on its line)
     "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)|^[ \t]*killed[ \t]*$|^[ \t>]*(?:\*\*|__)Killed(?:\*\*|__)[ \t]*$",
     # an IDE's report of the signal that ended the run (PyCharm: `Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)`)
@@ -279,7 +297,9 @@ SIGNATURES: dict[str, str] = {
     r"|\b(?:endless(?:ly)?|infinite(?:ly)?)\s+repeat\w*|\brepeating\s+(?:special\s+)?(?:characters|tokens|symbols)\b"
     r"|\brepeat(?:s|ed|ing)?\s+until\s+(?:the\s+)?max(?:imum)?\s*(?:new\s+)?(?:tokens?|length)"
     r"|(?:\boutputs?|\bresponses?|\bgenerat\w*|输出|回复|回答)(?s:.{0,30}?)[!！]{4,}"
-    r"|\b(?:outputs?|responses?|repl(?:y|ies)|generat\w*|returns?)\s+(?:only|nothing but|just)\s+(?:exclamation marks|question marks|empty strings)\b)",
+    r"|\b(?:outputs?|responses?|repl(?:y|ies)|generat\w*|returns?)\s+(?:only|nothing but|just)\s+(?:exclamation marks|question marks|empty strings)\b"
+    # the rest told as `!` (`fills the rest tokens with exclamation marks`, `returns only '!'`)
+    r"|\b(?:fill(?:s|ed|ing)?|padd?(?:s|ed|ing)?)\b[^\n]{0,40}\bwith\s+exclamation\s+marks\b|\bonly\s+['\"`]!+['\"`])",
     # not an outcome: the user's own words that the run ran out of memory (`报 OOM`, `we hit OOM at step 3`, `it runs out of
     # GPU memory`); decides only where nothing else does
     "notice:said_oom": r"(?i:\b(?:reports?|reported|got|gets?|getting|hits?|hitting|throws?|threw|encounter(?:s|ed|ing)?|causes?|caused"
@@ -419,6 +439,7 @@ class LogScan:
     raised: tuple[Raised, ...] = ()
     codes: list[tuple[errorcodes.Code, Hit]] = field(default_factory=list)
     stated: list[Stated] = field(default_factory=list)  # each package's first statement of each kind (stated.py)
+    shown: list[Shown] = field(default_factory=list)  # classes the log's code constructs, with their keywords
     lines: int = 0
     size: int = 0
 
@@ -496,6 +517,8 @@ def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
         parts.append(("code", errorcodes.TRIGGER.encode()))
     if "stated" in names:
         parts.append(("stated", stated_pattern().encode()))
+    if "shown" in names:
+        parts.append(("shown", _CALL_SHOWN))
     parts += [(n, p.encode()) for n, p in SIGNATURES.items() if n in names]
     parts += [("fact:" + n, p.replace("VALUE", "v__" + n).encode()) for n, p in FACTS.items() if "fact:" + n in names]
     if "nonfinite" in names:
@@ -546,7 +569,7 @@ def _spans(m: Any) -> Any:
 class _Scanner:
     def __init__(self) -> None:
         self.scan = LogScan()
-        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen", "table", "struct", "code", "stated"}
+        self.todo = {*SIGNATURES, *("fact:" + n for n in FACTS), "nonfinite", "gen", "table", "struct", "code", "stated", "shown"}
         self.metrics_left = METRIC_VALUES_KEPT
         self.gen_left = GEN_BUDGET
         self.nonfinite_left = METRIC_VALUES_KEPT
@@ -555,6 +578,7 @@ class _Scanner:
         self.struct_until = -1  # where the head's structure reading stopped (absolute offset); -1 while it goes on
         self.code_left = CODE_HITS
         self.stated_left = STATED_HITS
+        self.shown_left = CALLS_SHOWN
         self.harmless_left = HARMLESS_HITS
 
     def feed(self, buf: bytes, base_line: int, base: int = 0) -> None:
@@ -571,7 +595,7 @@ class _Scanner:
             return Hit(line_no(start), _line_at(buf, start, end))
 
         scan, pos = self.scan, 0
-        done_to = {"gen": 0, "struct": 0, "code": 0}  # text already judged for generated text / read as structure / for codes
+        done_to = {"gen": 0, "struct": 0, "code": 0, "shown": 0, "stated": 0}  # text already judged for generated text / read as structure / for codes
         while True:
             skip = {k for k, to in done_to.items() if pos < to and k in self.todo}
             alt = _alternation(tuple(sorted(self.todo - skip)), self.metrics_left > 0)
@@ -618,7 +642,12 @@ class _Scanner:
                 pos = m.start()  # the rest of the line again for the signatures that start here
             elif name == "stated":
                 self._stated(buf, alt, spans, hit(m.start(), m.end()))
-                pos = m.start() + 1
+                done_to["stated"] = m.start() + 1
+                pos = m.start()  # the same place again for everything else (a signature may start where a statement does)
+            elif name == "shown":
+                self._shown(buf, m.start(), m.end(), line_no(m.start()))
+                done_to["shown"] = m.end()
+                pos = m.start()  # the same text again for everything else (`GGML_ASSERT(` is a call's shape and a signature)
             elif name == "metric":
                 self.metrics_left -= 1  # a rejected one counts too: a log of `val_grad_norm` lines stays cheap
                 key_at = spans[alt.index[b"mkey"]]
@@ -663,6 +692,25 @@ class _Scanner:
         how = HOW.get(group, "")
         if dist and all((s.dist, s.how) != (dist, how) for s in self.scan.stated):
             self.scan.stated.append(Stated(dist, how, found.line_no, found.line))
+
+    def _shown(self, buf: bytes, start: int, opened: int, line_no: int) -> None:
+        """Keep a class the log's code constructs and the keywords its parentheses pass (followed over its lines, up to
+        CALL_BYTES); bounded: CALLS_SHOWN calls in all."""
+        self.shown_left -= 1
+        if self.shown_left <= 0:
+            self.todo.discard("shown")
+        text = buf[opened - 1 : opened - 1 + CALL_BYTES].decode("utf-8", "replace")
+        depth, end = 0, len(text)
+        for i, ch in enumerate(text):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0:
+                end = i
+                break
+        head = buf[start:opened].decode("utf-8", "replace")
+        name = re.sub(r"^.*?([A-Z]\w*)\($", r"\1", head.strip())
+        keywords = tuple(dict.fromkeys(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\s*=(?!=)", text[1:end])))
+        if keywords:
+            self.scan.shown.append(Shown(name, keywords, line_no))
 
     def _announced(self, buf: bytes, start: int, line_no: int) -> None:
         """Hand the reader the ERROR record printed just before a traceback header (blank lines and progress bars between

@@ -54,6 +54,16 @@ class Stated:
         return self.how not in ("version", "named")
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A class the log's code constructs (`args = TrainingArguments(` …), the keywords its call passes, and the line it
+    starts on: the call an `__init__()` printed without its class refused, where no frame shows it."""
+
+    name: str
+    keywords: tuple[str, ...]
+    line_no: int
+
+
 @cache
 def _names() -> dict[str, str]:
     """Every written form read (folded by canonical) → its indexed distribution."""
@@ -90,9 +100,10 @@ def pattern() -> str:
         rf"(?m:^)[ \t>]*(?:\$[ \t]*{env}(?P<st_s>{scripts})[ \t]+\S"
         rf"|{env}(?P<st_t>{scripts})[ \t]+(?:[a-z][\w-]*[ \t]+)?(?:--?[A-Za-z][^\n]*|[^\n]*\\[ \t]*(?m:$)))"
     )
-    # a link to a line of a package's own source (`github.com/microsoft/DeepSpeed/blob/ffb53c2/deepspeed/elasticity/…py#L9`):
+    # a link to a line of a package's own source (`github.com/microsoft/DeepSpeed/blob/ffb53c2/deepspeed/elasticity/…py#L9`),
+    # or that file's path in the package (`swift/llm/infer/infer_engine/vllm_engine.py`, not an installed copy's full path):
     # the code the user shows making the call
-    linked = rf"github\.com/[\w.-]+/[\w.-]+/blob/[\w.-]+/(?:src/)?(?P<st_u>{alt})/[\w/.-]*\.py\b"
+    linked = rf"(?:github\.com/[\w.-]+/[\w.-]+/blob/[\w.-]+/|(?m:^)|[ \t`'\"(\[])(?:src/)?(?P<st_u>{alt})/[\w/.-]*\.py\b"
     # a package named in the prose around (`The original code in verl assumed…`, `LLaMaFactory源码里`): a word of its own
     # (Chinese runs words together), not a path or a module
     named = rf"(?:(?m:^)|[ \t(`'\"*]|[^\x00-\x7f])(?P<st_p>{alt})(?:[ \t)`'\"*,:;!?]|\.(?:[ \t]|(?m:$))|(?m:$)|[^\x00-\x7f])"

@@ -88,6 +88,9 @@ _GLUED = re.compile(r"(?<=[)\]'\"])(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{
 #: An exception named by its module path inside a sentence (`请问有人遇到 triton.runtime.errors.OutOfResources: out of …`, `I
 #: get torch.cuda.OutOfMemoryError: CUDA out of memory`): a dotted type is no word of prose, so the rest is its message.
 _QUALIFIED = re.compile(r"(?<![\w.])(?P<type>(?:[a-z_]\w{0,40}\.){1,6}[A-Z]\w{0,80}):[ \t]+(?P<value>\S.*)$")
+#: A shell's prompt before a command (`PS C:\Users\me> pip install …`, `user@host:~/x$ python …`, `(venv) $ …`): the
+#: user's next command, which ends the message printed above it.
+_PROMPT = re.compile(r"(?:\([\w.-]+\)\s*)?(?:PS [A-Za-z]:\\[^>\n]*>|[\w.-]+@[\w.-]+:[^$#\n]*[$#]|[$#])\s+\S")
 #: A frame's source line that raises: what a traceback cut before its exception line was about to print.
 _RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\((?P<value>.*)$")
 #: Python's ImportError message printed alone (no type, no traceback: a launcher or a user's quote kept only the message):
@@ -125,7 +128,12 @@ _EMBEDDED_ATTRIBUTE = re.compile(
 
 #: Python's ModuleNotFoundError printed without its type, alone or at the end of a sentence (not a warning that goes on:
 #: `No module named 'triton'; using the slow path`).
-_EMBEDDED_MODULE = re.compile(r"(?<![A-Za-z0-9_.])[Nn]o module named '[A-Za-z_][\w.]{0,200}'(?=[`'\")\].*_\s?？]*$)")  # `…'??????` too
+_EMBEDDED_MODULE = re.compile(  # at the line's end (`…'??????` too), or in quotes the prose goes on after (`the error "No module …" at`)
+    r"(?<![A-Za-z0-9_.])[Nn]o module named '[A-Za-z_][\w.]{0,200}'(?=[`'\")\].*_\s?？]*$|[\"“”`]\s)"
+)
+#: A module's attribute error as a user pasted it without its `module` (`'transformers.models.x.modeling_x' has no
+#: attribute '_flash_attention_forward'`): a quoted dotted path of lower-case names is a module.
+_EMBEDDED_MODULE_ATTRIBUTE = re.compile(r"(?<![\w.'])'(?P<module>[a-z_]\w*(?:\.[a-z_]\w*)+)' has no attribute '(?P<name>\w+)'")
 
 
 #: transformers' generate refusing keywords, printed without its type or under a mistyped one (`valueError: …`).
@@ -150,6 +158,8 @@ def _embedded(text: str, in_traceback: bool) -> tuple[str, str, bool] | None:
         return None
     if "has no attribute" in text and "circular import" not in text and (attribute := _EMBEDDED_ATTRIBUTE.search(text)):
         return "AttributeError", attribute.group(0), False  # `提示Qwen2TokenizerFast has no attribute tokenizer`
+    if "has no attribute" in text and (module := _EMBEDDED_MODULE_ATTRIBUTE.search(text)):
+        return "AttributeError", f"module '{module.group('module')}' has no attribute '{module.group('name')}'", False
     if "o module named" in text and (missing := _EMBEDDED_MODULE.search(text)):
         return "ModuleNotFoundError", missing.group(0), False  # `No module named 'torchao.quantization.prototype'` alone
     if "is not defined" in text and (undefined := _EMBEDDED_NAME.search(text)):
@@ -523,6 +533,8 @@ class Reader:
             return True
         if text.startswith(("^", "~")) or set(text) <= set("^~ "):
             return True  # the carets under a source line
+        if st.value_lines and _PROMPT.match(text):
+            st.value_lines = 0  # a shell's prompt: the user's next command, no line of the message
         if st.last is not None and 0 < st.value_lines < MAX_VALUE_LINES and logical.logged == st.logged:
             st.value_lines += 1
             last = st.last

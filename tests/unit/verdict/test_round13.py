@@ -7,7 +7,7 @@ is a held-out log."""
 from __future__ import annotations
 
 import pytest
-from verdicts import sides, verdict
+from verdicts import crossed, sides, verdict
 
 from envmatrix.facts.nameindex_build import pinned
 
@@ -39,6 +39,8 @@ def test_a_class_built_through_a_decorator_is_named_by_the_frame_above() -> None
         ),
         ("Training the critic: grad_norm is always nan\n", "nan_loss"),
         ("after 30 steps the loss is still nan\n", "nan_loss"),
+        ("around 70K steps I got the following NaN loss:\n76980 nan\n", "nan_loss"),
+        ("训练了1w steps后开始频繁出现loss为nan的情况\n", "nan_loss"),
         # an exception named by its module path inside a sentence, and behind a component's level
         ("有人遇到 triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: 65536 吗\n", "unsupported_gpu"),
         (
@@ -49,6 +51,36 @@ def test_a_class_built_through_a_decorator_is_named_by_the_frame_above() -> None
         ("Full fine-tuning with torchrun on two cards, batch size 1: we hit OOM right away\n", "oom"),
         ("全量微调 Qwen，报 OOM\n", "oom"),
         ("After running the script I am getting 0 loss and 0 grad_norm on every step\n", "zero_grad"),
+        # a runtime's loader, vLLM's capability check, an unrecognised model's config without backticks
+        ("RuntimeError: Library cublas64_12.dll is not found or cannot be loaded\n", "import_abi"),
+        (
+            "The quantization method awq is not supported for the current GPU. Minimum capability: 75. Current capability: 70.\n",
+            "unsupported_gpu",
+        ),
+        ("ValueError: Unrecognized model in org/policy. Should have a model_type key in its config.json\n", "unknown_model"),
+        # a package's compiled part imported by name was never built; a name that only starts like one is a name
+        ("ImportError: cannot import name '_C' from 'detectron2'\n", "missing_module"),
+        (f"ImportError: cannot import name '_CONFIG_FOR_DOC' from 'transformers.models.gemma2.modeling_gemma2' ({SITE}/x.py)\n", "api_mismatch"),
+        # messages quoted in prose
+        ("the script prints the error \"No module named 'torchvision.models.utils'\" at its import\n", "api_mismatch"),
+        ("'transformers.models.qwen2_5_vl.modeling_qwen2_5_vl' has no attribute '_flash_attention_forward'\n", "api_mismatch"),
+        # a shell prompt after the message is the user's next command, not a line of it
+        (
+            "RuntimeError: The size of tensor a (32) must match the size of tensor b (64) at non-singleton dimension 3\n"
+            "PS C:\\Users\\me\\code> pip install -v gptqmodel --no-build-isolation\n",
+            "error",
+        ),
+        # Windows' loader and ggml's assertion in their own words
+        ('[ONNXRuntimeError] : 1 : FAIL : LoadLibrary failed with error 126 "" when trying to load "providers_cuda.dll"\n', "import_abi"),
+        ('GGML_ASSERT(n_outputs_enc > 0 && "call llama_encode() first") failed\n', "crash"),
+        # garbled output as a tokenizer spaced it, as sentencepiece's unknown pieces, and in the user's words
+        ("A blender next to cups." + "! " * 20 + "\n", "garbled_output"),
+        ("Hello, my name is " + "⁇  " * 20 + "\n", "garbled_output"),
+        ("It generates one sentence and fills the rest tokens with exclamation marks.\n", "garbled_output"),
+        ("after several successful runs the server returns only '!'\n", "garbled_output"),
+        # a model's remote code under transformers' dynamic-module cache is no package to install
+        ("ModuleNotFoundError: No module named 'transformers_modules.org.model-v1'\n", "error"),
+        ("ModuleNotFoundError: No module named 'flash_attn'\n", "missing_module"),
         # not words of a failure: advice, or a module path in prose
         ("Lower the batch size to avoid OOM on smaller cards.\n", "inconclusive"),
         ("See torch.nn.Module: the base class of every model.\n", "inconclusive"),
@@ -83,3 +115,32 @@ def test_a_pinned_rebuild_fetches_the_recorded_releases_and_only_the_sources_new
     assert specs.count("transformers==4.30.2") == 1  # recorded: fetched as recorded, once
     assert "torch" not in specs and any(s.startswith("torch==") for s in specs)  # recorded at its release, not the newest
     assert specs[-2:] == ("transformers==2.0.0", "a-package-not-indexed")  # new to the list: added, nothing else moves
+
+
+def test_an_init_printed_without_its_class_is_named_by_the_call_the_log_shows() -> None:
+    log = (
+        "With transformers 3.3.1 I get TypeError: __init__() got an unexpected keyword argument 'evaluation_strategy'.\n\n"
+        "training_args = TrainingArguments(\n"
+        '    output_dir="./out",\n'
+        "    per_device_train_batch_size=16,\n"
+        '    evaluation_strategy="steps",\n'
+        ")\n"
+        "trainer = Trainer(model=model, args=training_args)\n"
+    )
+    assert sides(log)[:2] == ("your code", "transformers")
+    assert "constructs TrainingArguments" in crossed(log).callee_reason
+    # two different classes passing it: neither is named
+    both = log + "cfg = SFTConfig(\n    evaluation_strategy='no',\n)\n"
+    assert "constructs" not in crossed(both).callee_reason
+
+
+def test_the_path_of_a_packages_source_file_in_prose_names_the_caller_that_imports_the_callee() -> None:
+    log = (
+        "With the V1 engine I get `'AsyncLLM' object has no attribute 'engine'`.\n"
+        "Commenting out line 334 of `swift/llm/infer/infer_engine/vllm_engine.py` makes it work.\n"
+    )
+    caller, callee, why = sides(log)
+    assert (caller, callee) == ("ms-swift", "vllm"), why
+    assert "imports vllm" in why
+    # an installed copy's full path is a frame's, not a statement: nothing changes without a traceback around it
+    assert sides(log.replace("`swift/", "`/usr/lib/python3/site-packages/swift/"))[0] != "ms-swift"
