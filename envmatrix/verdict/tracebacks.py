@@ -88,6 +88,8 @@ _GLUED = re.compile(r"(?<=[)\]'\"])(?P<type>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{
 #: An exception named by its module path inside a sentence (`请问有人遇到 triton.runtime.errors.OutOfResources: out of …`, `I
 #: get torch.cuda.OutOfMemoryError: CUDA out of memory`): a dotted type is no word of prose, so the rest is its message.
 _QUALIFIED = re.compile(r"(?<![\w.])(?P<type>(?:[a-z_]\w{0,40}\.){1,6}[A-Z]\w{0,80}):[ \t]+(?P<value>\S.*)$")
+#: An exception written right after Chinese or Japanese prose, with no space (`所以报出TypeError: f() got an unexpected …`).
+_CJK_TYPED = re.compile(r"(?<=[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef])(?P<type>[A-Z]\w{0,80}(?:Error|Exception)):[ \t]*(?P<value>\S.*)$")
 #: A shell's prompt before a command (`PS C:\Users\me> pip install …`, `user@host:~/x$ python …`, `(venv) $ …`): the
 #: user's next command, which ends the message printed above it.
 _PROMPT = re.compile(r"(?:\([\w.-]+\)\s*)?(?:PS [A-Za-z]:\\[^>\n]*>|[\w.-]+@[\w.-]+:[^$#\n]*[$#]|[$#])\s+\S")
@@ -512,6 +514,9 @@ class Reader:
             return True
         if not st.in_traceback and "." in text and (qualified := _QUALIFIED.search(text)) and _is_exception(qualified.group("type"), "", False):
             self._raise(st, qualified, qualified.group(0), line_no, logical.stream, logical.logged)
+            return True
+        if not st.in_traceback and not text.isascii() and (typed_cjk := _CJK_TYPED.search(text)):
+            self._raise(st, typed_cjk, typed_cjk.group(0), line_no, logical.stream, logical.logged)
             return True
         bare = "ImportError" if text.startswith("cannot import name") and _BARE_IMPORT.match(text) else ""
         typed = False

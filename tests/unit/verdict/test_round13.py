@@ -78,6 +78,8 @@ def test_a_class_built_through_a_decorator_is_named_by_the_frame_above() -> None
         ("Hello, my name is " + "⁇  " * 20 + "\n", "garbled_output"),
         ("It generates one sentence and fills the rest tokens with exclamation marks.\n", "garbled_output"),
         ("after several successful runs the server returns only '!'\n", "garbled_output"),
+        # an exception written right after Chinese prose, its quote left open
+        ("所以报出TypeError: GenerationMixin._extract_past() got an unexpected keyword argument 'standardize_cache_format \n", "api_mismatch"),
         # a model's remote code under transformers' dynamic-module cache is no package to install
         ("ModuleNotFoundError: No module named 'transformers_modules.org.model-v1'\n", "error"),
         ("ModuleNotFoundError: No module named 'flash_attn'\n", "missing_module"),
