@@ -26,7 +26,7 @@ from typing import Any
 from ..facts.modules import KNOWN_IMPORTS, SPELLINGS, known_import
 from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, imports_from, index, misspelt, module_owner, requires, resolve, users
 from .ranges import MESSAGE_LINES, Range, in_message
-from .stated import Shown, Stated, dist_of
+from .stated import Shown, Stated, closing, dist_of
 from .tracebacks import LAZY, Frame, Raised
 
 _KEYWORD = re.compile(
@@ -319,13 +319,7 @@ def constructed(source: str, member: str = "") -> tuple[str, tuple[str, ...]]:
     source = source[:MAX_SOURCE]  # bounded: each call's parentheses are matched by a walk along the line
     calls = []  # (name, start, end of its parentheses)
     for m in _CALL.finditer(source):
-        depth, end = 0, len(source)
-        for i in range(m.end() - 1, len(source)):
-            depth += {"(": 1, ")": -1}.get(source[i], 0)
-            if depth == 0:
-                end = i
-                break
-        calls.append((m.group("name").rsplit(".", 1)[-1], m.end(), end))
+        calls.append((m.group("name").rsplit(".", 1)[-1], m.end(), closing(source, m.end() - 1)))
     classes = [c for c in calls if c[0][:1].isupper()]
     if member and (kw := re.search(rf"\b{re.escape(member)}\s*=(?!=)", source)):
         holding = [c for c in calls if c[1] <= kw.start() <= c[2]]
@@ -463,6 +457,8 @@ def of(
         )
     ):
         caller, caller_reason = told
+    if caller == callee and callee and (private := _into_private(raised, frames, dists, callee)) is not None:
+        caller, caller_reason = private
     # an attribute's asker is printed, and an import's importer is the frame that raised; a call's caller may be cut
     if caller == callee and raised.headless and kind not in ("attribute", "import_name", "submodule"):
         caller, caller_reason = "", f"every frame printed is {callee}'s own code, and the excerpt starts after the caller's frames"
@@ -471,6 +467,24 @@ def of(
 
 #: A virtual environment created inside a checkout (`/home/team/code/sglang/venv/lib/python3.10/site-packages/…`).
 _VENV_IN = re.compile(r"[/\\](?P<checkout>[A-Za-z][\w.-]*)[/\\]\.?v?env[\w.-]*[/\\](?:lib|Lib)[/\\]")
+
+
+#: A call of a private member (`self.model._get_logits_processor(`): a method no release promises to keep as it is.
+_PRIVATE_CALL = re.compile(r"\.(?P<name>_[a-z]\w*)\(")
+
+
+def _into_private(raised: Raised, frames: list[Frame], dists: list[str], callee: str) -> tuple[str, str] | None:
+    """The caller of a failure inside one package's own code, entered through a private method another package's frame
+    calls (lagent's `self.model._get_logits_processor(…)` into transformers, whose code then asks its own
+    GenerationConfig for `_eos_token_tensor`, which only its `generate` sets up): that package relies on internals this
+    release changed, so it is the caller. None where the frame right above the raising one is the package's own, or
+    calls no private member."""
+    if len(frames) < 2 or frames[-1] is not raised.frames[-1] or dists[-1] != callee or dists[-2] == callee:
+        return None
+    if not raised.above or (call := _PRIVATE_CALL.search(raised.above[:MAX_SOURCE])) is None:
+        return None
+    who = dists[-2] or "user"
+    return who, f"{frames[-2].where()} calls {callee}'s private {call.group('name')}(), which failed inside {callee}'s own code"
 
 
 def _shown_with(member: str, calls: Iterable[Shown]) -> Shown | None:

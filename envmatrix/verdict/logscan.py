@@ -29,7 +29,7 @@ from ..facts.enginefailures import FAILURES as ENGINE_FAILURES
 from .garble import CHAR_RUN, garbled
 from .lines import clean, unflatten
 from .rules import Judged, judge
-from .stated import HOW, Shown, Stated, dist_of
+from .stated import HOW, Shown, Stated, closing, dist_of
 from .stated import pattern as stated_pattern
 from .tracebacks import PROGRESS as _PROGRESS
 from .tracebacks import Raised, Reader
@@ -92,6 +92,8 @@ SIGNATURES: dict[str, str] = {
     # cannot be loaded`)
     "import_abi:lib_load": r"Library [\w.+-]+\.(?:dll|so(?:\.\d+)*|dylib) is not found or cannot be loaded",
     "import_abi:dll": r"DLL load failed while importing \w+|LoadLibrary failed with error \d+"
+    # the loader out of static TLS space for a library loaded late (libgomp under torch_npu): no memory is short
+    r"|cannot allocate memory in static TLS block"
     r"|\bdlopen\([^)\n]{1,400}\): (?:Library not loaded|Symbol not found|[^\n]{0,200}incompatible architecture)",
     # TensorFlow's and JAX's check of the cuDNN loaded against the one they were built with
     "import_abi:cudnn_version": r"Loaded runtime CuDNN library: [\d.]+ but source was compiled with:? [\d.]+",
@@ -138,6 +140,13 @@ SIGNATURES: dict[str, str] = {
     # vLLM's check of a quantization method against the GPU (`The quantization method awq is not supported for the current
     # GPU. Minimum capability: 75. Current capability: 70.`)
     "unsupported_gpu:capability": r"not supported for the current GPU\. Minimum capability: \d+\. Current capability: \d+",
+    # a ROCm build without kernels for this GPU's gfx target (CUDA's `no kernel image` in HIP's words)
+    "unsupported_gpu:hip_function": r"HIP error: invalid device function|hipErrorInvalidDeviceFunction",
+    # a ptxas that does not know the GPU at all (`Value 'sm_120' is not defined for option 'gpu-name'`)
+    "unsupported_gpu:ptxas_arch": r"Value 'sm_\d+[a-z]?' is not defined for option 'gpu-name'",
+    # an operator with no kernel on Apple's GPU, and xformers' kernels refusing a GPU's shared memory
+    "unsupported_gpu:mps": r"is not (?:currently )?implemented for the MPS device",
+    "unsupported_gpu:xformers_smem": r"\bSm\d+ does not have enough shared-memory",
     "unsupported_gpu:ptxas": r"Feature '[^'\n]{1,80}' requires \.target sm_\d+ or higher",
     "oom:cuda": r"CUDA out of memory",
     # torch's allocator message without its first words (an excerpt that kept its tail)
@@ -168,6 +177,9 @@ SIGNATURES: dict[str, str] = {
     r"|(?i:no available memory for (?:the )?cache blocks)",  # vLLM's, also as a user retells it
     # Colab's notice of a runtime that ran out of host memory
     "oom:colab": r"(?i:session crashed after using all available RAM)",
+    # Intel's XPU allocator, pinned host memory that could not be had, and the raylet's count told after a wrapped line
+    "oom:other_devices": r"Allocation is out of device memory on current platform|(?i:cudaHostAlloc failed[^\n]{0,40}out of memory)"
+    r"|killed due to memory pressure \(OOM\)",
     # vLLM's KV cache, after profiling the free memory, holds fewer tokens than one request of the configured length
     "oom:kv_len": r"(?i:larger than the maximum number of tokens that can be stored in (?:the )?KV cache)",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
@@ -207,7 +219,11 @@ SIGNATURES: dict[str, str] = {
     # or a release older than the model)
     "unknown_model:unmapped": r"Unrecognized configuration class <class '[\w.]+'> for this kind of AutoModel",
     "nccl_error:watchdog": r"Watchdog caught collective operation timeout",
-    "nccl_error:error": r"NCCL error in:",
+    "nccl_error:error": r"NCCL error in:|HCCL error in:",  # Ascend's HCCL, NCCL's counterpart on NPUs
+    # Ascend's notice that a collective's notify wait timed out (`EI0002: The wait execution of the Notify register times out`)
+    "nccl_error:hccl_wait": r"The wait execution of the Notify register times out",
+    # torch's c10d store barrier that not every rank reached while the process group started
+    "nccl_error:store_barrier": r"Timed out initializing process group in store based barrier",
     "nccl_error:aborted": r"NCCL communicator was aborted",
     "nccl_error:stuck": r"ProcessGroupNCCL's watchdog got stuck",
     "nccl_error:failed": r"Some NCCL operations have failed or timed out",
@@ -700,12 +716,7 @@ class _Scanner:
         if self.shown_left <= 0:
             self.todo.discard("shown")
         text = buf[opened - 1 : opened - 1 + CALL_BYTES].decode("utf-8", "replace")
-        depth, end = 0, len(text)
-        for i, ch in enumerate(text):
-            depth += {"(": 1, ")": -1}.get(ch, 0)
-            if depth == 0:
-                end = i
-                break
+        end = closing(text, 0)
         head = buf[start:opened].decode("utf-8", "replace")
         name = re.sub(r"^.*?([A-Z]\w*)\($", r"\1", head.strip())
         keywords = tuple(dict.fromkeys(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\s*=(?!=)", text[1:end])))

@@ -64,6 +64,17 @@ class Shown:
     line_no: int
 
 
+def closing(text: str, opened: int) -> int:
+    """Where the parenthesis at `opened` closes in `text` (its length where the text ends first): code's call spans lines
+    and nests, so the keywords it passes are the ones inside that span."""
+    depth = 0
+    for i in range(opened, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return len(text)
+
+
 @cache
 def _names() -> dict[str, str]:
     """Every written form read (folded by canonical) → its indexed distribution."""

@@ -80,6 +80,20 @@ def test_a_class_built_through_a_decorator_is_named_by_the_frame_above() -> None
         ("after several successful runs the server returns only '!'\n", "garbled_output"),
         # an exception written right after Chinese prose, its quote left open
         ("所以报出TypeError: GenerationMixin._extract_past() got an unexpected keyword argument 'standardize_cache_format \n", "api_mismatch"),
+        # other accelerators' and runtimes' words: HCCL on Ascend NPUs, c10d's store barrier, ROCm without this GPU's
+        # kernels, a ptxas that does not know the GPU, an operator Apple's GPU lacks, xformers on too little shared memory,
+        # Intel's XPU allocator, pinned host memory, the raylet's OOM kill, the loader's static TLS
+        ("RuntimeError: [ERROR] HCCL error in: torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:64\n", "nccl_error"),
+        ("EI0002: The wait execution of the Notify register times out. Reason: no Notify record from remote rank\n", "nccl_error"),
+        ("RuntimeError: Timed out initializing process group in store based barrier on rank: 4, for key: store_based_barrier\n", "nccl_error"),
+        ("RuntimeError: HIP error: invalid device function\n", "unsupported_gpu"),
+        ("ptxas fatal   : Value 'sm_120' is not defined for option 'gpu-name'\n", "unsupported_gpu"),
+        ("NotImplementedError: The operator 'aten::quantize_per_tensor' is not currently implemented for the MPS device.\n", "unsupported_gpu"),
+        ("`cutlassB` is not supported because: Sm86 does not have enough shared-memory\n", "unsupported_gpu"),
+        ("RuntimeError: Allocation is out of device memory on current platform.\n", "oom"),
+        ("[ERROR] MD arena.cc:250] Init] cudaHostAlloc failed, ret[2], out of memory\n", "oom"),
+        ("(raylet) 1 Workers (tasks /\n actors) killed due to memory pressure (OOM), 0 Workers crashed\n", "oom"),
+        ("ImportError: /env/lib/libgomp.so.1: cannot allocate memory in static TLS block\n", "import_abi"),
         # a model's remote code under transformers' dynamic-module cache is no package to install
         ("ModuleNotFoundError: No module named 'transformers_modules.org.model-v1'\n", "error"),
         ("ModuleNotFoundError: No module named 'flash_attn'\n", "missing_module"),
@@ -146,3 +160,21 @@ def test_the_path_of_a_packages_source_file_in_prose_names_the_caller_that_impor
     assert "imports vllm" in why
     # an installed copy's full path is a frame's, not a statement: nothing changes without a traceback around it
     assert sides(log.replace("`swift/", "`/usr/lib/python3/site-packages/swift/"))[0] != "ms-swift"
+
+
+def test_a_failure_inside_a_package_entered_through_its_private_method_is_the_callers_mismatch() -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        f'  File "{SITE}/lagent/llms/huggingface.py", line 197, in stream_generate\n'
+        "    logits_processor = self.model._get_logits_processor(\n"
+        f'  File "{SITE}/transformers/generation/utils.py", line 956, in _get_logits_processor\n'
+        "    and generation_config._eos_token_tensor is not None\n"
+        "AttributeError: 'GenerationConfig' object has no attribute '_eos_token_tensor'\n"
+    )
+    assert verdict(log) == "api_mismatch"
+    caller, callee, why = sides(log)
+    assert (caller, callee) == ("lagent", "transformers"), why
+    assert "private _get_logits_processor" in why
+    # entered through its public API: transformers' own failure
+    public = log.replace("self.model._get_logits_processor(", "self.model.generate(")
+    assert verdict(public) != "api_mismatch"
