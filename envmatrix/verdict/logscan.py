@@ -177,9 +177,8 @@ SIGNATURES: dict[str, str] = {
     r"|(?i:no available memory for (?:the )?cache blocks)",  # vLLM's, also as a user retells it
     # Colab's notice of a runtime that ran out of host memory
     "oom:colab": r"(?i:session crashed after using all available RAM)",
-    # Intel's XPU allocator, pinned host memory that could not be had, and the raylet's count told after a wrapped line
-    "oom:other_devices": r"Allocation is out of device memory on current platform|(?i:cudaHostAlloc failed[^\n]{0,40}out of memory)"
-    r"|killed due to memory pressure \(OOM\)",
+    # Intel's XPU allocator, and pinned host memory that could not be had
+    "oom:other_devices": r"Allocation is out of device memory on current platform|(?i:cudaHostAlloc failed[^\n]{0,40}out of memory)",
     # vLLM's KV cache, after profiling the free memory, holds fewer tokens than one request of the configured length
     "oom:kv_len": r"(?i:larger than the maximum number of tokens that can be stored in (?:the )?KV cache)",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",

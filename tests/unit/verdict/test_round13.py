@@ -82,7 +82,7 @@ def test_a_class_built_through_a_decorator_is_named_by_the_frame_above() -> None
         ("所以报出TypeError: GenerationMixin._extract_past() got an unexpected keyword argument 'standardize_cache_format \n", "api_mismatch"),
         # other accelerators' and runtimes' words: HCCL on Ascend NPUs, c10d's store barrier, ROCm without this GPU's
         # kernels, a ptxas that does not know the GPU, an operator Apple's GPU lacks, xformers on too little shared memory,
-        # Intel's XPU allocator, pinned host memory, the raylet's OOM kill, the loader's static TLS
+        # Intel's XPU allocator, pinned host memory, the loader's static TLS
         ("RuntimeError: [ERROR] HCCL error in: torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:64\n", "nccl_error"),
         ("EI0002: The wait execution of the Notify register times out. Reason: no Notify record from remote rank\n", "nccl_error"),
         ("RuntimeError: Timed out initializing process group in store based barrier on rank: 4, for key: store_based_barrier\n", "nccl_error"),
@@ -92,7 +92,6 @@ def test_a_class_built_through_a_decorator_is_named_by_the_frame_above() -> None
         ("`cutlassB` is not supported because: Sm86 does not have enough shared-memory\n", "unsupported_gpu"),
         ("RuntimeError: Allocation is out of device memory on current platform.\n", "oom"),
         ("[ERROR] MD arena.cc:250] Init] cudaHostAlloc failed, ret[2], out of memory\n", "oom"),
-        ("(raylet) 1 Workers (tasks /\n actors) killed due to memory pressure (OOM), 0 Workers crashed\n", "oom"),
         ("ImportError: /env/lib/libgomp.so.1: cannot allocate memory in static TLS block\n", "import_abi"),
         # a model's remote code under transformers' dynamic-module cache is no package to install
         ("ModuleNotFoundError: No module named 'transformers_modules.org.model-v1'\n", "error"),
