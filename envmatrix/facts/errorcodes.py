@@ -168,11 +168,9 @@ def _alternation(texts: Iterable[str]) -> str:
     return "|".join(re.escape(t) for t in sorted(set(texts), key=lambda t: (-len(t), t)))
 
 
-#: How wrappers print a CUDA message: torch's `CUDA error: <msg>`, the old `cuda runtime error (2) : <msg>`, CTranslate2's
+#: How wrappers print a CUDA message: torch's `CUDA error: <msg>` (and c10's `CUDA warning: <msg>` from a destructor), the old `cuda runtime error (2) : <msg>`, CTranslate2's
 #: `CUDA failed with error <msg>`, `CUDA driver error: <msg>`, and a bare `Error 803: <msg>` (torch's device-count warning).
-_CUDA_CONTEXT = (
-    r"(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|failed\s+with\s+error)|\berror(?:\s+|=)\d{1,4})\s*(?:\(\d{1,4}\)\s*|\([^)\n]{1,300}:\d+\)\s*)?[:=]?\s*"
-)
+_CUDA_CONTEXT = r"(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|warning|failed\s+with\s+error)|\berror(?:\s+|=)\d{1,4})\s*(?:\(\d{1,4}\)\s*|\([^)\n]{1,300}:\d+\)\s*)?[:=]?\s*"
 #: NCCL's strings come after `NCCL error`, `NCCL Error 2:`, torch's `NCCL error in: <file>:<line>, ` and the like.
 _NCCL_CONTEXT = r"(?i:nccl)[^\n]{0,160}?"
 
@@ -189,7 +187,7 @@ _FORMS = {"device_assert": "cudaErrorAssert"}
 #: the words a wrapper puts before a message or a number, or a kernel's assertion. `find` then reads the codes from that line.
 TRIGGER = (
     r"\b(?:cudaError[A-Z]\w*|CUDA_ERROR_[A-Z_]+|nccl[A-Z]\w*|CUBLAS_STATUS_[A-Z_]+|CUDNN_STATUS_[A-Z_]+)\b"
-    r"|(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|failed\s+with\s+error)|nccl\s+error|\berror(?:\s+|=)\d{1,4}\s*:|\bcode\s*=\s*\d)"
+    r"|(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|warning|failed\s+with\s+error)|nccl\s+error|\berror(?:\s+|=)\d{1,4}\s*:|\bcode\s*=\s*\d)"
     r"|" + _DEVICE_ASSERT
 )
 #: How much of a text `find` searches.

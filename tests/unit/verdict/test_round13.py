@@ -41,6 +41,14 @@ def test_a_class_built_through_a_decorator_is_named_by_the_frame_above() -> None
         ("after 30 steps the loss is still nan\n", "nan_loss"),
         ("around 70K steps I got the following NaN loss:\n76980 nan\n", "nan_loss"),
         ("训练了1w steps后开始频繁出现loss为nan的情况\n", "nan_loss"),
+        ("During RL training the KL divergence turned to NaN and the run aborted.\n", "nan_loss"),
+        ("On CPU it trains; on mps the result is always nan.\n", "nan_loss"),
+        # c10's warning from a destructor names the CUDA fault the kernel left behind
+        (
+            "Warning: CUDA warning: an illegal memory access was encountered (function destroyEvent)\n"
+            "terminate called after throwing an instance of 'c10::CUDAError'\n",
+            "crash",
+        ),
         # an exception named by its module path inside a sentence, and behind a component's level
         ("有人遇到 triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: 65536 吗\n", "unsupported_gpu"),
         (
