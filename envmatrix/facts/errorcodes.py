@@ -168,9 +168,13 @@ def _alternation(texts: Iterable[str]) -> str:
     return "|".join(re.escape(t) for t in sorted(set(texts), key=lambda t: (-len(t), t)))
 
 
-#: How wrappers print a CUDA message: torch's `CUDA error: <msg>` (and c10's `CUDA warning: <msg>` from a destructor), the old `cuda runtime error (2) : <msg>`, CTranslate2's
-#: `CUDA failed with error <msg>`, `CUDA driver error: <msg>`, and a bare `Error 803: <msg>` (torch's device-count warning).
-_CUDA_CONTEXT = r"(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|warning|failed\s+with\s+error)|\berror(?:\s+|=)\d{1,4})\s*(?:\(\d{1,4}\)\s*|\([^)\n]{1,300}:\d+\)\s*)?[:=]?\s*"
+#: How wrappers print a CUDA message: torch's `CUDA error: <msg>` (and c10's `CUDA warning: <msg>` from a destructor),
+#: the old `cuda runtime error (2) : <msg>`, CTranslate2's `CUDA failed with error <msg>`, `CUDA driver error: <msg>`, and
+#: a bare `Error 803: <msg>` (torch's device-count warning).
+_CUDA_CONTEXT = (
+    r"(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|warning|failed\s+with\s+error)|\berror(?:\s+|=)\d{1,4})"
+    r"\s*(?:\(\d{1,4}\)\s*|\([^)\n]{1,300}:\d+\)\s*)?[:=]?\s*"
+)
 #: NCCL's strings come after `NCCL error`, `NCCL Error 2:`, torch's `NCCL error in: <file>:<line>, ` and the like.
 _NCCL_CONTEXT = r"(?i:nccl)[^\n]{0,160}?"
 

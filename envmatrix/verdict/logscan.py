@@ -192,8 +192,8 @@ SIGNATURES: dict[str, str] = {
     "grad_lost:ddp_unused": r"Expected\s+to\s+have\s+finished\s+reduction\s+in\s+the\s+prior\s+iteration",
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
-    "nan_loss:phrase": r"(?i:\b(?:loss(?:es)?|kl(?:[ _]divergence)?|the results?)\s+(?:is|are|became|becomes|was|were|went|goes|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+"
-    r"(?:always\s+|still\s+)?(?:to\s+)?(?:nan|inf)\b"
+    "nan_loss:phrase": r"(?i:\b(?:loss(?:es)?|kl(?:[ _]divergence)?|the results?)\s+"
+    r"(?:is|are|became|becomes|was|were|went|goes|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:always\s+|still\s+)?(?:to\s+)?(?:nan|inf)\b"
     # `I got the following NaN loss`, and in Chinese (`loss为nan`, `loss变成了nan`)
     r"|\b(?:got|get|gets|getting|see|seeing|saw|encounter(?:s|ed)?|hit)\s+(?:an?\s+|the\s+(?:following\s+)?)?nan\s+loss(?:es)?\b)"
     + "|(?i:\\bloss\\s*(?:为|是|变成了?|变为|出现了?)\\s*(?:nan|inf)\\b)",
