@@ -536,9 +536,18 @@ _SAID = {
 }
 
 
+#: Words of advice around a failure's name (`to avoid running out of memory`, `without hitting OOM`): no failure told.
+_ADVICE = re.compile(
+    r"(?i)\b(?:avoid(?:s|ed|ing)?|prevent(?:s|ed|ing)?|without)\s+(?:[\w-]+\s+){0,2}?"
+    r"(?:oom|running\s+out|run\s+out|hitting|getting|garbled|gibberish|repetitive|zero)\b"
+)
+
+
 def _said(facts: RunFacts) -> tuple[Outcome, str] | None:
-    """The failure the log's own words tell, the first told where it tells several; None where it tells none."""
-    told = sorted((hit.line_no, key) for key in _SAID if (hit := facts.scan.hits.get(key)) is not None)
+    """The failure the log's own words tell, the first told where it tells several; None where it tells none (a line
+    that gives advice against it tells none)."""
+    hits = ((key, facts.scan.hits.get(key)) for key in _SAID)
+    told = sorted((hit.line_no, key) for key, hit in hits if hit is not None and not _ADVICE.search(hit.line))
     if not told:
         return None
     key = told[0][1]

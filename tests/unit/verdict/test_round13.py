@@ -106,6 +106,7 @@ def test_a_class_built_through_a_decorator_is_named_by_the_frame_above() -> None
         ("ModuleNotFoundError: No module named 'flash_attn'\n", "missing_module"),
         # not words of a failure: advice, or a module path in prose
         ("Lower the batch size to avoid OOM on smaller cards.\n", "inconclusive"),
+        ("Set a smaller max_model_len to avoid running out of memory.\n", "inconclusive"),
         ("See torch.nn.Module: the base class of every model.\n", "inconclusive"),
     ],
 )
