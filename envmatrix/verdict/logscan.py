@@ -92,6 +92,9 @@ SIGNATURES: dict[str, str] = {
     # cannot be loaded`)
     "import_abi:lib_load": r"Library [\w.+-]+\.(?:dll|so(?:\.\d+)*|dylib) is not found or cannot be loaded",
     "import_abi:dll": r"DLL load failed while importing \w+|LoadLibrary failed with error \d+"
+    # Windows' loader under torch and Paddle (`OSError: [WinError 126] … Error loading "…\\torch\\lib\\c10.dll"`, `The
+    # third-party dynamic library (cudnn64_7.dll) that Paddle depends on is not configured correctly. (error code is 126)`)
+    r"|\[WinError 126\]|Error loading \"[^\"\n]{1,300}\.dll\"|third-party dynamic library \([^)\n]{1,80}\) that \w+ depends on is not configured correctly"
     # the loader out of static TLS space for a library loaded late (libgomp under torch_npu): no memory is short
     r"|cannot allocate memory in static TLS block"
     r"|\bdlopen\([^)\n]{1,400}\): (?:Library not loaded|Symbol not found|[^\n]{0,200}incompatible architecture)",
@@ -148,7 +151,7 @@ SIGNATURES: dict[str, str] = {
     "unsupported_gpu:mps": r"is not (?:currently )?implemented for the MPS device",
     "unsupported_gpu:xformers_smem": r"\bSm\d+ does not have enough shared-memory",
     "unsupported_gpu:ptxas": r"Feature '[^'\n]{1,80}' requires \.target sm_\d+ or higher",
-    "oom:cuda": r"CUDA out of memory",
+    "oom:cuda": r"CUDA out of memory|(?i:cuda out of memory\. tried to allocate)",  # also as a user pasted it lower-cased
     # torch's allocator message without its first words (an excerpt that kept its tail)
     "oom:tail": r"Tried to allocate [\d.]+ [KMGT]i?B \(GPU \d+; [\d.]+ [KMGT]i?B total capacity",
     # Paddle's allocator (`Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0`), and a device allocation
@@ -195,8 +198,8 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:phrase": r"(?i:\b(?:loss(?:es)?|kl(?:[ _]divergence)?|the results?)\s+"
     r"(?:is|are|became|becomes|was|were|went|goes|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:always\s+|still\s+)?(?:to\s+)?(?:nan|inf)\b"
     # `I got the following NaN loss`, and in Chinese (`loss为nan`, `loss变成了nan`)
-    r"|\b(?:got|get|gets|getting|see|seeing|saw|encounter(?:s|ed)?|hit)\s+(?:an?\s+|the\s+(?:following\s+)?)?nan\s+loss(?:es)?\b)"
-    + "|(?i:\\bloss\\s*(?:为|是|变成了?|变为|出现了?)\\s*(?:nan|inf)\\b)",
+    r"|\b(?:got|get|gets|getting|see|seeing|saw|encounter(?:s|ed)?|hit|shows?|showing|gives?|giving)\s+"
+    r"(?:an?\s+|the\s+(?:following\s+)?)?nan\s+loss(?:es)?\b)" + "|(?i:\\bloss\\s*(?:为|是|变成了?|变为|出现了?)\\s*(?:nan|inf)\\b)",
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
     "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore"
@@ -262,6 +265,8 @@ SIGNATURES: dict[str, str] = {
     # same signal (`AddressSanitizer: SEGV on unknown address`, `AddressSanitizer:DEADLYSIGNAL`)
     "crash:segv": r"(?i:segmentation fault)|AddressSanitizer:\s?(?:SEGV|DEADLYSIGNAL)\b|!!!!!!! Segfault encountered !!!!!!!",
     "crash:bus": r"Bus error",
+    # text-generation-inference's launcher naming the signal a shard died of
+    "crash:shard": r"Shard process was signaled to shutdown with signal (?:4|6|7|11)\b",
     # ggml's assertion: it aborts the process (llama.cpp, whisper.cpp and their Python bindings)
     "crash:ggml_assert": r"GGML_ASSERT\([^\n]{1,300}\)(?:\s+failed)?",
     # the shell's notice (also in a Chinese locale, or lower-cased alone on its line)
@@ -322,7 +327,9 @@ SIGNATURES: dict[str, str] = {
     r"|\b(?:runs?|ran|running)\s+out\s+of\s+(?:GPU\s+|CUDA\s+|device\s+|video\s+)?memory\b)|报\s*OOM|出现\s*OOM|OOM了|显存不足|显存溢出|爆显存",
     # not an outcome: the user's words that no gradient flows (`0 loss and 0 grad_norm`, `grad_norm is always 0`)
     "notice:said_zero_grad": r"(?i:\b(?:grad(?:ient)?[_ ]norms?|gradients?)\s+(?:is|are|was|were|stays?|remains?|always\s+is)\s+(?:always\s+|all\s+)?"
-    r"(?:0|zero)(?:\.0+)?\b|\b(?:0|zero)\s+grad(?:ient)?[_ ]norms?\b)",
+    r"(?:0|zero)(?:\.0+)?\b|\b(?:0|zero)\s+grad(?:ient)?[_ ]norms?\b"
+    # `grad_norm = 0 for all training steps` (a statement of every step, not one step's metrics)
+    r"|\bgrad(?:ient)?[_ ]norms?\s*=\s*0(?:\.0+)?\s+(?:for|on|in|at)\s+(?:all|every|each)\b)",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",

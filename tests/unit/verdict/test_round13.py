@@ -101,6 +101,18 @@ def test_a_class_built_through_a_decorator_is_named_by_the_frame_above() -> None
         ("RuntimeError: Allocation is out of device memory on current platform.\n", "oom"),
         ("[ERROR] MD arena.cc:250] Init] cudaHostAlloc failed, ret[2], out of memory\n", "oom"),
         ("ImportError: /env/lib/libgomp.so.1: cannot allocate memory in static TLS block\n", "import_abi"),
+        # the engine's parallel state refusing the layout for the world it started in
+        ("RuntimeError: world_size (8) is not equal to tensor_model_parallel_size (1) x pipeline_model_parallel_size (1).\n", "engine_error"),
+        # Windows' loader under torch and Paddle, TGI's shard killed by a signal, an OOM pasted lower-cased, NaN in a
+        # library's own ValueError and in a GUI's words, a zero gradient told of every step, torch.ops without its library
+        ('OSError: [WinError 126] The specified module could not be found. Error loading "C:\\env\\torch\\lib\\c10.dll"\n', "import_abi"),
+        ("PreconditionNotMetError: The third-party dynamic library (cudnn64_7.dll) that Paddle depends on is not configured correctly.\n", "import_abi"),
+        ("ERROR text_generation_launcher: Shard process was signaled to shutdown with signal 4 rank=0\n", "crash"),
+        ('"cuda out of memory. tried to allocate 30.00 mib (gpu 0; 8.00 gib total capacity)"\n', "oom"),
+        ("ValueError:  [x] nan loss\n", "nan_loss"),
+        ("When training the GUI shows a nan loss and the preview is empty.\n", "nan_loss"),
+        ("With fsdp2 the loss is not decreasing and grad_norm = 0 for all training steps.\n", "zero_grad"),
+        ("AttributeError: '_OpNamespace' '_C' object has no attribute 'gelu_quick'\n", "missing_module"),
         # a model's remote code under transformers' dynamic-module cache is no package to install
         ("ModuleNotFoundError: No module named 'transformers_modules.org.model-v1'\n", "error"),
         ("ModuleNotFoundError: No module named 'flash_attn'\n", "missing_module"),
