@@ -113,6 +113,8 @@ def test_a_class_built_through_a_decorator_is_named_by_the_frame_above() -> None
         ("When training the GUI shows a nan loss and the preview is empty.\n", "nan_loss"),
         ("With fsdp2 the loss is not decreasing and grad_norm = 0 for all training steps.\n", "zero_grad"),
         ("AttributeError: '_OpNamespace' '_C' object has no attribute 'gelu_quick'\n", "missing_module"),
+        # the module's closing quote typed as a backtick
+        ("`from transformers import AdamW` throws `ImportError: cannot import name 'AdamW' from 'transformers` with 4.51\n", "api_mismatch"),
         # a model's remote code under transformers' dynamic-module cache is no package to install
         ("ModuleNotFoundError: No module named 'transformers_modules.org.model-v1'\n", "error"),
         ("ModuleNotFoundError: No module named 'flash_attn'\n", "missing_module"),
