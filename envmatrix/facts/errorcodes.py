@@ -170,9 +170,11 @@ def _alternation(texts: Iterable[str]) -> str:
 
 #: How wrappers print a CUDA message: torch's `CUDA error: <msg>` (and c10's `CUDA warning: <msg>` from a destructor),
 #: the old `cuda runtime error (2) : <msg>`, CTranslate2's `CUDA failed with error <msg>`, `CUDA driver error: <msg>`, and
-#: a bare `Error 803: <msg>` (torch's device-count warning).
+#: a bare `Error 803: <msg>` (torch's device-count warning). `_CUDA_SAID` is the wrappers' words, shared with TRIGGER so
+#: that a line the scanner stops at is one `find` reads.
+_CUDA_SAID = r"cuda(?:\s+runtime|\s+driver)?\s+(?:error|warning|failed\s+with\s+error)"
 _CUDA_CONTEXT = (
-    r"(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|warning|failed\s+with\s+error)|\berror(?:\s+|=)\d{1,4})"
+    r"(?i:" + _CUDA_SAID + r"|\berror(?:\s+|=)\d{1,4})"
     r"\s*(?:\(\d{1,4}\)\s*|\([^)\n]{1,300}:\d+\)\s*)?[:=]?\s*"
 )
 #: NCCL's strings come after `NCCL error`, `NCCL Error 2:`, torch's `NCCL error in: <file>:<line>, ` and the like.
@@ -191,7 +193,7 @@ _FORMS = {"device_assert": "cudaErrorAssert"}
 #: the words a wrapper puts before a message or a number, or a kernel's assertion. `find` then reads the codes from that line.
 TRIGGER = (
     r"\b(?:cudaError[A-Z]\w*|CUDA_ERROR_[A-Z_]+|nccl[A-Z]\w*|CUBLAS_STATUS_[A-Z_]+|CUDNN_STATUS_[A-Z_]+)\b"
-    r"|(?i:cuda(?:\s+runtime|\s+driver)?\s+(?:error|warning|failed\s+with\s+error)|nccl\s+error|\berror(?:\s+|=)\d{1,4}\s*:|\bcode\s*=\s*\d)"
+    r"|(?i:" + _CUDA_SAID + r"|nccl\s+error|\berror(?:\s+|=)\d{1,4}\s*:|\bcode\s*=\s*\d)"
     r"|" + _DEVICE_ASSERT
 )
 #: How much of a text `find` searches.

@@ -169,6 +169,18 @@ def _embedded(text: str, in_traceback: bool) -> tuple[str, str, bool] | None:
     return None
 
 
+def _typed_inside(text: str, in_traceback: bool) -> re.Match[str] | None:
+    """An exception, type and message, that starts inside a line rather than at its start: glued to another process's
+    text, or (outside a traceback) named by its module path in a sentence, or written right after CJK prose."""
+    if glued := _GLUED.search(text):
+        return glued
+    if in_traceback:
+        return None
+    if "." in text and (qualified := _QUALIFIED.search(text)) and _is_exception(qualified.group("type"), "", False):
+        return qualified
+    return _CJK_TYPED.search(text) if not text.isascii() else None
+
+
 def _awaits_cause(value: str) -> bool:
     """Whether a message is a lazy-import wrapper's line that ends before its cause (`Failed to import X because of the
     following error (look up to see its traceback):`): pasted, its cause may stand after a blank line."""
@@ -509,14 +521,8 @@ class Reader:
         if st.after_frame:
             st.after_frame, st.source = False, text  # the source line printed under a frame
             return True
-        if glued := _GLUED.search(text):
-            self._raise(st, glued, glued.group(0), line_no, logical.stream, logical.logged)
-            return True
-        if not st.in_traceback and "." in text and (qualified := _QUALIFIED.search(text)) and _is_exception(qualified.group("type"), "", False):
-            self._raise(st, qualified, qualified.group(0), line_no, logical.stream, logical.logged)
-            return True
-        if not st.in_traceback and not text.isascii() and (typed_cjk := _CJK_TYPED.search(text)):
-            self._raise(st, typed_cjk, typed_cjk.group(0), line_no, logical.stream, logical.logged)
+        if inside := _typed_inside(text, st.in_traceback):
+            self._raise(st, inside, inside.group(0), line_no, logical.stream, logical.logged)
             return True
         bare = "ImportError" if text.startswith("cannot import name") and _BARE_IMPORT.match(text) else ""
         typed = False
