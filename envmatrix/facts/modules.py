@@ -103,6 +103,10 @@ LIBRARIES: frozenset[str] = frozenset(
         # vision, NLP and inference runtimes whose releases rename their modules (`ultralytics.yolo`, allennlp's indexers,
         # TensorRT's builder methods, MLX's layers)
         "ultralytics", "allennlp", "tensorrt", "tensorrt_llm", "mlx", "mlx_lm", "timm", "diffusers", "peft", "dspy", "litellm",
+        # evaluation, serialization and retrieval libraries under the training stack (dill's and multiprocess's pickling
+        # internals that datasets reads, sacrebleu's tokenizers, OpenCompass, Haystack, the embedding and vector stores)
+        "dill", "multiprocess", "sacrebleu", "rouge_score", "opencompass", "evalscope", "lighteval", "haystack", "FlagEmbedding",
+        "faiss", "chromadb", "pymilvus", "colbert", "setfit", "thinc", "spacy_transformers",
     }
 )  # fmt: skip
 

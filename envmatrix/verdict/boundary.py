@@ -215,9 +215,52 @@ def _one_liner(raised: Raised) -> tuple[Frame, ...]:
     return (replace(first, package="", module=""), *raised.frames[1:])
 
 
+_NAME_ERROR = re.compile(r"^name '(?P<name>\w+)' is not defined")
+
+
+def guarded(raised: Raised) -> tuple[str, str] | None:
+    """(name, distribution) for a NameError over a name another distribution defines (`name 'LoraConfig' is not defined`
+    in trl: peft's): the code imports it only when that package imports (a guarded `try: from peft import …`), and it
+    did not: the package is not installed, or its release lacks the name. None for any other name (a typo, a local)."""
+    m = _NAME_ERROR.match(raised.value) if "NameError" in raised.types else None
+    if m is None:
+        return None
+    name = m.group("name")
+    own = canonical(raised.package) if raised.package not in ("", "python") else ""
+    found = resolve(name, caller=own, around=[f.package for f in raised.frames if f.package not in ("", "python")])
+    named = [d for d in found.candidates if any(name.startswith(f"{p}_") for p in import_packages(d))]
+    dist = found.dist or (named[0] if len(named) == 1 else "")  # `flash_attn_varlen_func`: flash-attn's by its prefix
+    dist = dist or index().packages.get(name, "")  # `name 'deepspeed' is not defined`: a guarded `import deepspeed`
+    return (name, dist) if dist and dist != own else None
+
+
+_DID_YOU_MEAN = re.compile(r"Did you mean:? ['‘’]?(?P<name>\w+)['‘’]?\??")
+
+
+def renamed(raised: Raised, dist: str) -> bool:
+    """Whether Python's suggestion for an undefined name (`name 'PreTrainedConfig' is not defined. Did you mean:
+    'PretrainedConfig'?`) is a name the same distribution defines: the code's import of that package ran, and the release
+    installed spells the name the other way (a class renamed between releases), rather than the package being absent."""
+    m = _DID_YOU_MEAN.search(raised.value.split("\n", 1)[0])
+    return m is not None and dist in (resolve(m.group("name")).candidates or (resolve(m.group("name")).dist,))
+
+
+#: A message's first line that stops where its name would follow (`got an unexpected keyword argument`, `missing 2
+#: required keyword-only arguments:`): a terminal or the user wrapped it, and the name is on the next line.
+_STOPS_SHORT = re.compile(r"(?:keyword argument|has no attribute|cannot import name|required (?:positional |keyword-only )?arguments?:?)\s*$")
+
+
+def _message(raised: Raised) -> str:
+    """The message's first line, joined to the next where it stops short of the name it gives (`_STOPS_SHORT`)."""
+    first, _, rest = raised.value.partition("\n")
+    if rest and _STOPS_SHORT.search(first):
+        return f"{first.rstrip()} {rest.split(chr(10), 1)[0].strip()}"
+    return first
+
+
 def _called(raised: Raised) -> tuple[str, str, str, str] | None:
     """(kind, called name, member, module or '') the message names, or None where it names no boundary."""
-    text = raised.value.split("\n", 1)[0]
+    text = _message(raised)
     types = raised.types
     if "TypeError" in types:
         if m := _KEYWORD.search(text):
@@ -251,6 +294,9 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
             return "import_name", top, m.group("member"), top
         if (m := _SUBMODULE.search(text)) and _known(m.group("mod")):
             return "submodule", m.group("mod").split(".")[0], m.group("mod"), m.group("mod")
+    if (undefined := guarded(raised)) is not None and renamed(raised, undefined[1]):  # the release lacks this spelling
+        top = next(iter(import_packages(undefined[1])), undefined[1].replace("-", "_"))
+        return "import_name", top, undefined[0], top
     return None
 
 
@@ -406,6 +452,8 @@ def of(
                 resolved = _base_with(owner, member, kind, shown) or resolved
             if not resolved.dist and not resolved.candidates:
                 resolved = _named_for(owner) or resolved
+            if kind in ("keyword", "positional") and "." not in name and owner[:1].islower():
+                resolved = _method(owner, resolved, shown, raised.source) or resolved
         elif _owner(name) not in _CONSTRUCTORS:
             resolved = Resolved("", f"{name} names no class or function")
         if pasted:
@@ -617,6 +665,25 @@ def _by_member(kind: str, member: str, resolved: Resolved, shown: set[str], aske
     if resolved.candidates or not found.dist or found.dist == asker or found.dist not in shown:
         return None
     return Resolved(found.dist, f"{resolved.reason}; {found.reason}{_BY_MEMBER}", found.candidates)
+
+
+def _method(name: str, resolved: Resolved, shown: set[str], source: str) -> Resolved | None:
+    """A call refused by a function printed without its class (Python before 3.10 prints a method's bare name:
+    `prepare_for_model() got an unexpected keyword argument 'padding'`): a method of the one distribution, of those the log
+    shows, whose classes have a member of that name, where no module-level function of that name decides it; and where
+    the source line calls it as a method of an object, a module-level function the index alone finds is no answer unless
+    the log shows its package (haystack's `retriever.create_embedding(texts=…)` is no call of vllm's function of that
+    name). None where nothing changes."""
+    if resolved.dist and resolved.dist in shown:
+        return None
+    method = resolve(name, table="members")
+    if method.dist and method.dist in shown:
+        return Resolved(method.dist, f"{name}() is printed without its class; {method.reason}, and the log shows {method.dist}", method.candidates)
+    if resolved.dist and re.search(rf"\w\.{re.escape(name)}\(", source[:MAX_SOURCE]):
+        return Resolved(
+            "", f"{resolved.reason}, but the source line calls a method of that name, and the log shows nothing of {resolved.dist}", resolved.candidates
+        )
+    return None
 
 
 def _calls_back(kind: str, name: str, module: str, resolved: Resolved) -> bool:

@@ -25,11 +25,11 @@ from ..facts.enginefailures import remedy_for as engine_remedy
 from ..records.outcomes import TABLE, Outcome, Verdict, decided
 from ..records.probe_result import EnvFacts, KernelCheck, ProbeResult
 from . import evidence, remedies
+from .boundary import guarded
 from .garble import garbled
 from .imports import read_missing
 from .imports import remedy as missing_remedy
 from .logscan import LogScan
-from .rules import guarded
 
 
 @dataclass(frozen=True)

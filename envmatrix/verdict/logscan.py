@@ -137,7 +137,9 @@ SIGNATURES: dict[str, str] = {
     # a capability refusal in a library's own words: `Your setup doesn't support bf16/gpu` (transformers' TrainingArguments)
     # vLLM's and torch's bf16 refusal, in any case (a log pasted lower-cased)
     "unsupported_gpu:bf16_cc": r"(?i:(?:bfloat16|bf16|fp8|float8)\s+is\s+only\s+supported\s+on\s+gpus\s+with\s+compute\s+capability)",
-    "unsupported_gpu:setup": r"(?i:(?:setup|device|gpu|hardware|machine)\s+(?:doesn't|does\s+not|cannot|can't)\s+support\s+(?:bf16|bfloat16|fp8|tf32|flash))",
+    "unsupported_gpu:setup": r"(?i:(?:setup|device|gpu|hardware|machine)\s+(?:doesn't|does\s+not|cannot|can't)\s+support\s+(?:bf16|bfloat16|fp8|tf32|flash))"
+    # a kernel's own refusal of the GPU (bitsandbytes: `ERROR: Your GPU does not support Int8 Matmul!`)
+    r"|(?i:\byour\s+gpu\s+(?:doesn't|does\s+not)\s+support\s+(?:int8|int4|fp16|half|8-?bit|4-?bit|tensor\s+cores?)\b)",
     # ptxas refusing an instruction the target GPU lacks (`Feature 'cvt.bf16.f32' requires .target sm_80 or higher`: a
     # Triton kernel's bf16 on a pre-Ampere GPU)
     # vLLM's check of a quantization method against the GPU (`The quantization method awq is not supported for the current
@@ -196,10 +198,10 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
     "nan_loss:phrase": r"(?i:\b(?:loss(?:es)?|kl(?:[ _]divergence)?|the results?)\s+"
-    r"(?:is|are|became|becomes|was|were|went|goes|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:always\s+|still\s+)?(?:to\s+)?(?:nan|inf)\b"
+    r"(?:is|are|became|becomes|was|were|went|goes|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:always\s+|still\s+)?(?:going\s+|getting\s+|turning\s+|becoming\s+)?(?:to\s+)?(?:nan|inf)\b"
     # `I got the following NaN loss`, and in Chinese (`loss为nan`, `loss变成了nan`)
     r"|\b(?:got|get|gets|getting|see|seeing|saw|encounter(?:s|ed)?|hit|shows?|showing|gives?|giving)\s+"
-    r"(?:an?\s+|the\s+(?:following\s+)?)?nan\s+loss(?:es)?\b)" + "|(?i:\\bloss\\s*(?:为|是|变成了?|变为|出现了?)\\s*(?:nan|inf)\\b)",
+    r"(?:an?\s+|the\s+(?:following\s+)?)?nan\s+loss(?:es)?\b)" + "|(?i:\\b(?:loss|损失)[^\\n，,。;；]{0,8}?(?:为|是|变成了?|变为|出现了?)\\s*(?:nan|inf)\\b)",
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
     "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore"
@@ -272,7 +274,8 @@ SIGNATURES: dict[str, str] = {
     # the shell's notice (also in a Chinese locale, or lower-cased alone on its line)
     "crash:killed": r"(?m)(?:^|\d[ \t]+)(?:Killed|已杀死)(?:[ \t]|$)|^[ \t]*killed[ \t]*$|^[ \t>]*(?:\*\*|__)Killed(?:\*\*|__)[ \t]*$",
     # an IDE's report of the signal that ended the run (PyCharm: `Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)`)
-    "crash:interrupted": r"interrupted by signal (?:4|6|7|9|11):\s*SIG(?:ILL|ABRT|BUS|KILL|SEGV)",
+    # (and fish's: `fish: Job 1, 'python main.py' terminated by signal SIGILL (Illegal instruction)`)
+    "crash:interrupted": r"interrupted by signal (?:4|6|7|9|11):\s*SIG(?:ILL|ABRT|BUS|KILL|SEGV)|terminated by signal SIG(?:ILL|ABRT|BUS|KILL|SEGV)\b",
     # glog's failure banner too (`*** SIGSEGV (@0x19) received by PID 11091`, `*** Aborted at 1525421992 (unix time)`)
     "crash:core": r"(?:Aborted|Illegal instruction)[ \t]+\(core dumped\)|\*\*\* SIG(?:SEGV|BUS|ILL|ABRT)(?: \([^)\n]{0,40}\))? received"
     r"|\*\*\* Aborted at \d+ \(unix time\)",
@@ -319,7 +322,10 @@ SIGNATURES: dict[str, str] = {
     r"|(?:\boutputs?|\bresponses?|\bgenerat\w*|输出|回复|回答)(?s:.{0,30}?)[!！]{4,}"
     r"|\b(?:outputs?|responses?|repl(?:y|ies)|generat\w*|returns?)\s+(?:only|nothing but|just)\s+(?:exclamation marks|question marks|empty strings)\b"
     # the rest told as `!` (`fills the rest tokens with exclamation marks`, `returns only '!'`)
-    r"|\b(?:fill(?:s|ed|ing)?|padd?(?:s|ed|ing)?)\b[^\n]{0,40}\bwith\s+exclamation\s+marks\b|\bonly\s+['\"`]!+['\"`])",
+    r"|\b(?:fill(?:s|ed|ing)?|padd?(?:s|ed|ing)?)\b[^\n]{0,40}\bwith\s+exclamation\s+marks\b|\bonly\s+['\"`]!+['\"`]"
+    # an output quoted as nothing but one mark or escaped newlines (`always generates '!'`, `the results were '\\n\\n\\n'`)
+    r"|\b(?:outputs?|results?|responses?|repl(?:y|ies)|answers?|generat(?:es?|ed|ing|ions?)|returns?|produc(?:es?|ed|ing))\b[^\n'\"`]{0,25}"
+    r"['\"`](?:[!?]|(?:\\n){3,})['\"`](?:\W|$))",
     # not an outcome: the user's own words that the run ran out of memory (`报 OOM`, `we hit OOM at step 3`, `it runs out of
     # GPU memory`); decides only where nothing else does
     "notice:said_oom": r"(?i:\b(?:reports?|reported|got|gets?|getting|hits?|hitting|throws?|threw|encounter(?:s|ed|ing)?|causes?|caused"
@@ -329,7 +335,9 @@ SIGNATURES: dict[str, str] = {
     "notice:said_zero_grad": r"(?i:\b(?:grad(?:ient)?[_ ]norms?|gradients?)\s+(?:is|are|was|were|stays?|remains?|always\s+is)\s+(?:always\s+|all\s+)?"
     r"(?:0|zero)(?:\.0+)?\b|\b(?:0|zero)\s+grad(?:ient)?[_ ]norms?\b"
     # `grad_norm = 0 for all training steps` (a statement of every step, not one step's metrics)
-    r"|\bgrad(?:ient)?[_ ]norms?\s*=\s*0(?:\.0+)?\s+(?:for|on|in|at)\s+(?:all|every|each)\b)",
+    r"|\bgrad(?:ient)?[_ ]norms?\s*=\s*0(?:\.0+)?\s+(?:for|on|in|at)\s+(?:all|every|each)\b)"
+    # and in Chinese (`grad_norm变为0`, `梯度一直为0`)
+    r"|(?i:(?:\bgrad(?:ient)?[_ ]?norms?|梯度(?:范数)?)\s*(?:一直|始终|都)?\s*(?:变为|变成了?|为|是|等于)\s*0(?:\.0+)?(?:[^\d.]|$))",
     # an exception line at a line start (after rank/log prefixes): `RuntimeError: …`, `torch.x.FooError: …`
     "error:line": r"(?m)^(?:[ \t>]|\x1b\[[0-9;]*m)*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",

@@ -9,6 +9,23 @@ from dataclasses import dataclass
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion
 
+#: A release bound: a version, or the tuple a package's version compare prints (`(1, 3, 13, 0, 0, 0)`).
+_BOUND = r"(?:\d[\w.*]*|\(\d+(?:,\s*\d+)*\))"
+_TUPLE = re.compile(r"\((\d+(?:,\s*\d+)*)\)")
+
+
+def _untuple(spec: str) -> str:
+    """A spec's tuple bounds as versions, trailing zeros dropped (`>=(1, 3, 13, 0, 0, 0)` → `>=1.3.13`)."""
+
+    def version(m: re.Match[str]) -> str:
+        parts = [p.strip() for p in m.group(1).split(",")]
+        while len(parts) > 2 and parts[-1] == "0":
+            parts.pop()
+        return ".".join(parts)
+
+    return _TUPLE.sub(version, spec)
+
+
 #: A package's statement of what it needs and what it found, in the forms packages print it: pip's resolver (`trl 0.19.1
 #: requires transformers>=4.46.0, but you have transformers 4.44.2`), transformers' dependency check (`huggingface-hub>=0.34.0,
 #: <1.0 is required for a normal functioning of this module, but found huggingface-hub==1.2.3`), a trainer's range (`supports
@@ -58,10 +75,11 @@ _RANGES = (
         r"(?P<spec>[<>=!~]=?[^'\"\s]*)['\"]\)(?:, \{['\"](?P<who>[A-Za-z][\w.-]*)['\"])?"
     ),
     # a package's own import-time check naming the release it found and the range to install (mmdet: `MMCV==2.2.0 is used
-    # but incompatible. Please install mmcv>=2.0.0rc4, <2.2.0.`)
+    # but incompatible. Please install mmcv>=2.0.0rc4, <2.2.0.`; older OpenMMLab releases print the bounds as the tuples
+    # their digit_version compares: `mmcv>=(1, 3, 13, 0, 0, 0), <(1, 7, 0, 0, 0, 0)`)
     re.compile(
         r"[A-Za-z][\w.-]*\s*==\s*(?P<found>v?\d[\w.+]*?)\.?\s+is\s+(?:used|installed)\s*,?\s+but\s+(?:it\s+is\s+)?incompatible\b.{0,80}?"
-        r"\binstall\s+(?P<pkg>[A-Za-z][\w.-]*)\s*(?P<spec>[<>=!~]=?\s*\d[\w.*]*(?:\s*,\s*[<>=!~]=?\s*\d[\w.*]*)*)",
+        rf"\binstall\s+(?P<pkg>[A-Za-z][\w.-]*)\s*(?P<spec>[<>=!~]=?\s*{_BOUND}(?:\s*,\s*[<>=!~]=?\s*{_BOUND})*)",
         re.I,
     ),
     # a package's check of its companion (jax: `jaxlib is version 0.1.69, but this version of jax requires version 0.1.74.`):
@@ -170,7 +188,7 @@ def read_range(text: str) -> Range | None:
                 needed = f">={groups['least'].rstrip('.')}"
                 return Range(groups["pkg"], needed, groups["found"].rstrip("."), groups.get("who") or "", text.strip()[:400])
             if groups.get("spec"):
-                needed = groups["spec"].replace(" ", "").rstrip(".")  # a sentence's full stop
+                needed = _untuple(groups["spec"]).replace(" ", "").rstrip(".")  # a sentence's full stop
             elif groups.get("lo"):
                 needed = f"{groups['lo'].rstrip('.')} to {groups['hi'].rstrip('.')}"
             elif "," in groups["list"]:

@@ -20,7 +20,8 @@ list of distribution names (`''` for the user's own code). `{name}` in a value i
                    also `indexed` where the name index says a release of the callee defines the name (`cannot import name`),
                    `private` where the name is imported from a package's private module (`torch._six`)
 - `error.bare`     `yes` for an exception's message printed alone, without its type (`cannot import name 'X' from 'trl'`)
-- `error.undefined` `library` for a NameError over a name one other distribution defines (a guarded import that did not run)
+- `error.undefined` `library` for a NameError over a name one other distribution defines (a guarded import that did not run),
+                   also `renamed` where Python suggests that distribution's other spelling of it (its package was imported)
 - `frame.package`, `frame.module`, `frame.function`, `frame.path`: any frame
 
 The outcome `@code` means "the outcome of the code the message names"; an outcome written `name?` is a fallback, used only
@@ -38,7 +39,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 
 from ..facts import catalog, enginefailures, errorcodes, modules
-from ..facts.nameindex import canonical, import_packages, index, resolve
+from ..facts.nameindex import index
 from ..records.outcomes import OUTCOME_NAMES
 from . import boundary
 from .ranges import in_message
@@ -203,7 +204,8 @@ def _values(key: str, raised: Raised) -> list[str]:
         case "error.bare":
             return ["yes" if raised.bare else "no"]
         case "error.undefined":
-            return ["library" if guarded(raised) else "none"]
+            found = boundary.guarded(raised)
+            return ["none"] if found is None else ["library", "renamed"] if boundary.renamed(raised, found[1]) else ["library"]
         case "error.range":  # the package's own statement of the range it needs (ranges.py, the one reader of them)
             return ["stated"] if in_message(raised.value) is not None else ["none"]
         case "error.ignored":
@@ -219,25 +221,6 @@ def _values(key: str, raised: Raised) -> list[str]:
         case "frame.path":
             return _frames(raised, "path")
     raise AssertionError(key)  # keys are checked when the rules are parsed
-
-
-_NAME_ERROR = re.compile(r"^name '(?P<name>\w+)' is not defined")
-
-
-def guarded(raised: Raised) -> tuple[str, str] | None:
-    """(name, distribution) for a NameError over a name another distribution defines (`name 'LoraConfig' is not defined`
-    in trl: peft's): the code imports it only when that package imports (a guarded `try: from peft import …`), and it
-    did not: the package is not installed, or its release lacks the name. None for any other name (a typo, a local)."""
-    m = _NAME_ERROR.match(raised.value) if "NameError" in raised.types else None
-    if m is None:
-        return None
-    name = m.group("name")
-    own = canonical(raised.package) if raised.package not in ("", "python") else ""
-    found = resolve(name, caller=own, around=[f.package for f in raised.frames if f.package not in ("", "python")])
-    named = [d for d in found.candidates if any(name.startswith(f"{p}_") for p in import_packages(d))]
-    dist = found.dist or (named[0] if len(named) == 1 else "")  # `flash_attn_varlen_func`: flash-attn's by its prefix
-    dist = dist or index().packages.get(name, "")  # `name 'deepspeed' is not defined`: a guarded `import deepspeed`
-    return (name, dist) if dist and dist != own else None
 
 
 KEYS = (

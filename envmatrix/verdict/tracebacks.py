@@ -42,10 +42,12 @@ _PYTEST_E = re.compile(r"E {2,}(?=\S)|E\t+(?=\S)")
 _PYTEST_AT = re.compile(_PY_PATH + r":(?P<line>\d+): (?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)$")
 #: A frame line cut before its `File "` (an excerpt that starts mid-line): `/trl/trainer/grpo_trainer.py", line 269, in __init__`.
 _CUT_FRAME = re.compile(r'(?P<path>[^"\s]{0,1000}[/\\][^"\s/\\]{1,200}\.py)", line (?P<line>\d+),? in (?P<func>\S{1,200})$')
-#: IPython's frame (`/usr/lib/python3/dist-packages/peft/peft_model.py in <module>`, a notebook's `[path](url) in f`), and
+#: IPython's frame (`/usr/lib/python3/dist-packages/peft/peft_model.py in <module>`, a notebook's `[path](url) in f`, a path
+#: the user cut to start inside the environment, `lib/python3.8/site-packages/…`), and
 #: the numbered source lines under it (`---> 38 from transformers import …`).
 _IPYTHON = re.compile(
-    r"\[?(?P<path>(?:[A-Za-z]:|~)?[/\\][^\s\[\]()]{1,1000}\.py|<ipython-input-[\w-]{1,80}>)\]?(?:\([^)\s]{0,400}\))?"
+    r"\[?(?P<path>(?:[A-Za-z]:|~)?[/\\][^\s\[\]()]{1,1000}\.py|<ipython-input-[\w-]{1,80}>"
+    r"|[\w.-]{1,200}(?:[/\\][\w.-]{1,200}){0,8}[/\\](?:site|dist)-packages[/\\][^\s\[\]()]{1,1000}\.py)\]?(?:\([^)\s]{0,400}\))?"
     r"\s+in\s+(?P<func>[\w<>.]{1,200}|<cell line: \d+>)(?:\(.*\))?$"  # a notebook cell (`<ipython-input-11-…>`) too
 )
 #: Colab's fold of the frames between the user's cell and the last library frames (`8 frames`): the frames there are not
