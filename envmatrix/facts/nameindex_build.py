@@ -48,11 +48,19 @@ SOURCES: tuple[str, ...] = (
     # the frameworks around the stack that users' tracebacks cross as often (a Lightning `Trainer` refusing `gpus`, a
     # sentence-transformers model, a timm backbone), and the older releases of those still run. Not `lightning`: its code
     # is pytorch-lightning's under another import name, and users' prose calls pytorch-lightning "lightning"; nor
-    # pytorch-lightning before 1.9, whose metadata today's pip refuses; nor diffusers, which vendors models' remote code
-    # (Kolors' `ChatGLMTokenizer`): the index would name diffusers for the remote code users load through transformers
+    # pytorch-lightning before 1.9, whose metadata today's pip refuses. diffusers without the models' remote code it
+    # vendors (`_VENDORED`), and the quantization integrations that import transformers' internals (autoawq's
+    # `shard_checkpoint`, optimum's GPTQ)
     "pytorch-lightning", "pytorch-lightning==1.9.5", "torchmetrics", "sentence-transformers", "torchvision", "timm",
     "transformers==4.30.2", "transformers==3.5.1", "trl==0.11.4", "keras", "mmengine", "jax", "flax",
+    "diffusers", "autoawq", "optimum",
 )  # fmt: skip
+#: Modules a distribution copies from models' remote code (diffusers' Kolors pipeline carries ChatGLM's `ChatGLMTokenizer`
+#: and `ChatGLMModel`): not its own names, and users load those classes through transformers' remote code, so reading them
+#: would name the distribution for code it only carries.
+_VENDORED: dict[str, tuple[str, ...]] = {
+    "diffusers": ("diffusers/pipelines/kolors/text_encoder.py", "diffusers/pipelines/kolors/tokenizer.py"),
+}
 #: Published only as source archives (pip download takes the sdist; its metadata is not built).
 SDIST_ONLY = frozenset({"deepspeed", "flash-attn"})
 #: Folders of a source archive that are not installed packages.
@@ -268,7 +276,7 @@ def read_archive(path: Path, dists: dict[str, Distribution]) -> None:
     dist.scripts |= _scripts(path)
     for inner, source in _members(path):
         top = inner.split("/")[0]
-        if "-" in top or top.endswith(".dist-info"):
+        if "-" in top or top.endswith(".dist-info") or inner in _VENDORED.get(name, ()):
             continue
         dist.packages.add(top.removesuffix(".py"))
         read_source(source, dist)

@@ -1,13 +1,19 @@
 """Issue 41, twenty-third round: a message wrapped before the name it gives; a NameError whose suggestion is the same
 package's other spelling; a method printed without its class; a relative IPython path inside the environment; tuple
-bounds in an import-time range check; a shell's and a kernel's words for a crash and a refused GPU; the user's words for
+bounds in an import-time range check; diffusers in the name index without the remote code it vendors; a shell's and a kernel's words for a crash and a refused GPU; the user's words for
 an output made of one mark, a loss going NaN and a zero gradient in Chinese. Each log is written for its mechanism;
 none is a held-out log."""
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 import pytest
 from verdicts import crossed, sides, verdict
+
+from envmatrix.facts.nameindex import resolve
+from envmatrix.facts.nameindex_build import Distribution, read_archive
 
 SITE = "/usr/local/lib/python3.10/site-packages"
 
@@ -94,3 +100,18 @@ def test_failures_in_their_own_words(log: str, expected: str) -> None:
 def test_a_library_the_ecosystem_installs_is_the_callee_of_its_modules() -> None:
     assert crossed("AttributeError: module 'dill._dill' has no attribute 'stack'\n").callee == "dill"
     assert verdict("ModuleNotFoundError: No module named 'opencompass.cli.arguments'\n") == "api_mismatch"
+
+
+def test_the_builder_skips_the_remote_code_a_distribution_vendors(tmp_path: Path) -> None:
+    wheel = tmp_path / "diffusers-0.42.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("diffusers/__init__.py", "")
+        zf.writestr("diffusers/pipelines/kolors/tokenizer.py", "class ChatGLMTokenizer:\n    pass\n")
+        zf.writestr("diffusers/models/unet.py", "class UNet2DConditionModel:\n    pass\n")
+    dists: dict[str, Distribution] = {}
+    read_archive(wheel, dists)
+    assert "UNet2DConditionModel" in dists["diffusers"].names
+    assert "ChatGLMTokenizer" not in dists["diffusers"].names
+    # the committed index reads diffusers the same way: its own classes, not the vendored ChatGLM code
+    assert resolve("UNet2DConditionModel").dist == "diffusers"
+    assert "diffusers" not in resolve("ChatGLMTokenizer").candidates
