@@ -1,8 +1,8 @@
 """Issue 41, twenty-third round: a message wrapped before the name it gives; a NameError whose suggestion is the same
 package's other spelling; a method printed without its class; a relative IPython path inside the environment; tuple
-bounds in an import-time range check; diffusers in the name index without the remote code it vendors; a shell's and a kernel's words for a crash and a refused GPU; the user's words for
-an output made of one mark, a loss going NaN and a zero gradient in Chinese. Each log is written for its mechanism;
-none is a held-out log."""
+bounds in an import-time range check; diffusers in the name index without the remote code it vendors; a shell's and a
+kernel's words for a crash and a refused GPU; the user's words for an output made of one mark, a loss going NaN and a
+zero gradient in Chinese. Each log is written for its mechanism; none is a held-out log."""
 
 from __future__ import annotations
 
