@@ -54,7 +54,14 @@ _IMPORT_LINE = re.compile(r"\s*import\s+(?P<mod>[A-Za-z_]\w*(?:\.\w+)*)\s*(?:$|\
 _MOVED = re.compile(r"^[`'\"]?(?P<name>[A-Za-z_]\w*)[`'\"]? (?:has been|was) moved (?:to|into)\b")
 #: A library refusing keywords it does not take in its own words (torchmetrics' `Metric.__init__`: `Unexpected keyword
 #: arguments: `compute_on_step``): the function that raised is the callee.
-_REFUSED_KWARGS = re.compile(r"^Unexpected keyword arguments?:?\s+[`'‘’\"]?(?P<member>[A-Za-z_]\w*)")
+#: Keras's own check too: `('Keyword argument not understood:', 'dropout_rate')`.
+_REFUSED_KWARGS = re.compile(
+    r"^(?:Unexpected keyword arguments?:?\s+[`'‘’\"]?|\(?['\"]Keyword argument not understood:?['\"],\s*['\"])(?P<member>[A-Za-z_]\w*)"
+)
+#: torch.load refusing what it unpickles under weights_only, its default from torch 2.6.
+_WEIGHTS_ONLY = re.compile(r"^Weights only load failed\b")
+#: pickle's lookup of a class in the module it was saved from (`Can't get attribute 'DSC3k2' on <module 'ultralytics.nn.modules.block'`).
+_UNPICKLED = re.compile(r"^Can't get attribute '(?P<member>\w+)' on <?module '(?P<mod>[A-Za-z_][\w.]*)'")
 _MODEL_KWARGS = re.compile(r"The following `?model_kwargs`? are not used by the model: \[['\"](?P<member>\w+)")
 _SUBMODULE = re.compile(r"^(?:[A-Z]\w{0,60}:\s+){0,3}[Nn]o module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
 #: A package's own refusal of a name it removed (`` `np.float_` was removed in the NumPy 2.0 release``, `'HookedTransformer'
@@ -96,7 +103,7 @@ class Boundary:
     """Both sides of the call an exception was raised at: what was called and what it lacked, the caller and the callee
     (distributions; `user` for the user's own code; '' where the log does not say), each with why."""
 
-    kind: str  # keyword, positional, attribute, import_name, submodule
+    kind: str  # keyword, positional, attribute, import_name, submodule, default (a default the callee changed), range
     name: str  # the called class or function, the object asked, or the module imported from
     member: str  # the keyword, attribute, or name imported ('' where the message names none)
     caller: str
@@ -237,12 +244,18 @@ def guarded(raised: Raised) -> tuple[str, str] | None:
 _DID_YOU_MEAN = re.compile(r"Did you mean:? ['‘’]?(?P<name>\w+)['‘’]?\??")
 
 
-def renamed(raised: Raised, dist: str) -> bool:
-    """Whether Python's suggestion for an undefined name (`name 'PreTrainedConfig' is not defined. Did you mean:
-    'PretrainedConfig'?`) is a name the same distribution defines: the code's import of that package ran, and the release
-    installed spells the name the other way (a class renamed between releases), rather than the package being absent."""
+def present(raised: Raised, dist: str) -> bool:
+    """Whether the distribution defining an undefined name (guarded) is installed all the same, so that the release
+    installed lacks the name: Python suggests the same distribution's other spelling (`name 'PreTrainedConfig' is not
+    defined. Did you mean: 'PretrainedConfig'?`: its import ran, and the release spells the class the other way), or the
+    name is torch's, under whose code every package of the stack runs (`name 'Replicate' is not defined` in transformers:
+    a torch release without `torch.distributed.tensor.Replicate`), the package itself aside (`name 'torch' is not defined`
+    is an import the code never made)."""
     m = _DID_YOU_MEAN.search(raised.value.split("\n", 1)[0])
-    return m is not None and dist in (resolve(m.group("name")).candidates or (resolve(m.group("name")).dist,))
+    if m is not None and dist in (resolve(m.group("name")).candidates or (resolve(m.group("name")).dist,)):
+        return True
+    name = _NAME_ERROR.match(raised.value)
+    return dist == "torch" and name is not None and name.group("name") not in import_packages("torch")
 
 
 #: A message's first line that stops where its name would follow (`got an unexpected keyword argument`, `missing 2
@@ -269,6 +282,10 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
             return "positional", m.group("name"), m.group("member") or "", ""
     if {"ValueError", "TypeError"} & set(types) and (m := _REFUSED_KWARGS.search(text)) and (raiser := _raising_frame(raised)):
         return "keyword", raiser.function, m.group("member"), raiser.module  # a library's own check of the keywords it took
+    if _WEIGHTS_ONLY.search(text):  # the caller relied on torch.load's earlier default
+        return "default", "load", "weights_only", "torch"
+    if (m := _UNPICKLED.search(text)) and _known(m.group("mod")):
+        return "attribute", m.group("mod"), m.group("member"), m.group("mod")
     if m := _MODEL_KWARGS.search(text):  # transformers' generate, refusing what the model's forward does not take
         return "keyword", "GenerationMixin.generate", m.group("member"), ""
     if "AttributeError" in types and (m := _ATTRIBUTE.search(text)):
@@ -294,7 +311,7 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
             return "import_name", top, m.group("member"), top
         if (m := _SUBMODULE.search(text)) and _known(m.group("mod")):
             return "submodule", m.group("mod").split(".")[0], m.group("mod"), m.group("mod")
-    if (undefined := guarded(raised)) is not None and renamed(raised, undefined[1]):  # the release lacks this spelling
+    if (undefined := guarded(raised)) is not None and present(raised, undefined[1]):  # the installed release lacks it
         top = next(iter(import_packages(undefined[1])), undefined[1].replace("-", "_"))
         return "import_name", top, undefined[0], top
     return None

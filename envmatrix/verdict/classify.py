@@ -289,6 +289,10 @@ def _consequence(variant: str, line: str) -> bool:
 _SIGNAL_NAMED = re.compile(r"SIG(?:SEGV|BUS|ILL|KILL|FPE)|[Ss]ignal:? (?:4|7|8|9|11|Killed)\b|[Ss]egmentation|Bus error|\bOOM\b|[Oo]ut of memory")
 
 
+#: logscan's signatures of a run that failed without raising (llama.cpp's `failed to load model`).
+_ERROR_SAID = ("error:model_load",)
+
+
 def _error(f: RunFacts) -> str | None:
     res = f.measured
     kernel = _kernel_failure(f, "raised")
@@ -303,6 +307,8 @@ def _error(f: RunFacts) -> str | None:
     else:
         hit = f.scan.hits.get("error:line") or f.scan.first(Outcome.ERROR)
         quoted = hit.quote() if hit else None
+    if quoted is None and (said := next((h for k in _ERROR_SAID if (h := f.scan.hits.get(k)) is not None), None)) is not None:
+        quoted = said.quote()  # a failure printed without an exception, under teardown noise (`Exception ignored in …`)
     if f.exit_code not in (None, 0):
         return f"exit status {f.exit_code}" + (f"; {quoted}" if quoted else "")
     if res.finished is False:

@@ -48,6 +48,11 @@ class Missing:
         return distribution(self.module)
 
 
+#: A package's own compiled module, by the names extensions take (`vllm._C`, `mmcv._ext`, `tensorrt_llm.bindings`):
+#: missing, it was never built (a source checkout, a broken install), not moved by a release. rules.txt reads it too.
+COMPILED_MODULE = r"_\w*(?:C|_?ext|cuda|kernels?|ops|cpp)|_?bindings"
+
+
 def read_missing(line: str, context: Sequence[str] = ()) -> Missing | None:
     """The missing module named on a failure line, with its importer from the lines before it; None when the
     line names no module in a known wording."""
@@ -96,7 +101,8 @@ def remedy(missing: Missing) -> str:
     top, _, sub = missing.module.partition(".")
     if not (stack_package(top) or top in DISTRIBUTIONS):
         sub = ""  # a folder of the user's own, perhaps: say no more than the log does
-    if sub and sub.split(".")[0].startswith("_"):  # `vllm._C`: the package's own compiled part
+    first = sub.split(".")[0]
+    if sub and (first.startswith("_") or re.fullmatch(COMPILED_MODULE, first)):  # `vllm._C`: compiled, or private to it
         return (
             f"{top} is installed but its compiled module {missing.module} is not: a source checkout or a broken install; "
             f"reinstall the {missing.install} wheel built for this Python, torch and CUDA"

@@ -125,6 +125,9 @@ SIGNATURES: dict[str, str] = {
     # the CUDA driver's user-space library and its kernel module from different releases (`kernel version 470.182.3 does not
     # match DSO version 520.61.5 -- cannot find working devices`): the installed driver is older than the library loaded
     "driver_too_old:dso": r"kernel version [\d.]+ does not match DSO version [\d.]+",
+    # NVIDIA's containers' start-up banner (`This container was built for NVIDIA Driver Release 440.33 or later, but
+    # version 418.87.01 was detected and compatibility mode is UNAVAILABLE`), wrapped over two lines
+    "driver_too_old:ngc": r"(?i:container was built for NVIDIA Driver Release [\d.]+ or later,? but\s+version [\d.]+ was detected)",
     "unsupported_gpu:fa2": r"FlashAttention only supports (?:Ampere|Turing) GPUs or newer",
     "unsupported_gpu:head_dim": r"FlashAttention\s+(?:backward|forward)?\s*for\s+head\s*dim\s*\S+\s+(?:\d+\s+)?requires",
     "unsupported_gpu:datacenter": r"requires\s+(?:an?\s+)?A100(?:/A800)?\s+or\s+H100",
@@ -185,6 +188,9 @@ SIGNATURES: dict[str, str] = {
     # Intel's XPU allocator, and pinned host memory that could not be had
     "oom:other_devices": r"Allocation is out of device memory on current platform|(?i:cudaHostAlloc failed[^\n]{0,40}out of memory)",
     # vLLM's KV cache, after profiling the free memory, holds fewer tokens than one request of the configured length
+    # a server's refusal to load a model into the memory it has (ollama: `model requires more system memory (5.3 GiB) than is
+    # available (4.4 GiB)`)
+    "oom:model_memory": r"(?i:requires more (?:system |gpu |video |device )?memory \([\d.]+ ?[KMGT]i?B\) than is available)",
     "oom:kv_len": r"(?i:larger than the maximum number of tokens that can be stored in (?:the )?KV cache)",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
@@ -257,6 +263,9 @@ SIGNATURES: dict[str, str] = {
     # NCCL's trace of an error code returned up its call chain (`NCCL INFO proxy.cc:1306 -> 3`, `NCCL WARN group.cc:585 -> 3`,
     # `… -> 5 [Async thread]`): a non-zero code, in any wrapper
     "nccl_error:retcode": r"NCCL (?:INFO|WARN)\s+[\w/.-]+\.(?:cc|cu|h):\d+\s+->\s+[1-9]\d*(?:[ \t]+\[[^\]\n]*\])?[ \t]*(?:\r?\n|$)",
+    # ollama's notice that its llama.cpp runner died (`llama runner process has terminated: signal: killed`, `exit status
+    # 0xc0000409`, or with no reason: `%!w(<nil>)`)
+    "crash:runner": r"llama runner process (?:has )?terminated:\s*(?:%!w\(<nil>\)|exit status|signal:)",
     "crash:exitcode": r"exitcode\s*:\s*-(?:4|6|7|9|11)\b",
     # a negative status is the signal that killed the process, in a launcher's or a wrapper's words (`died with
     # <Signals.SIGSEGV: 11>`, `returned non-zero exit status -9`, `ERROR: error code -9`)
@@ -343,6 +352,9 @@ SIGNATURES: dict[str, str] = {
     r"(?:\x1b\[[0-9;]*m)*(?::|[ \t\r]*$)",
     "error:traceback": r"Traceback \(most recent call last\)",
     # Hydra's notice under an exception it shortened to its message (the type and the trace are gone)
+    # llama.cpp's refusal of a model file it cannot read (`error loading model: unrecognized tensor type 4` /
+    # `llama_init_from_file: failed to load model`): the run did not start
+    "error:model_load": r"llama_(?:init_from_file|load_model_from_file|model_load):\s*(?:failed to load model|error loading model)",
     "error:hydra": r"Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace",
     # not an outcome: a package's statement of the range it needs (evidence for an API mismatch, read by evidence.py)
     "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"
@@ -413,7 +425,7 @@ _GEN: dict[str, bytes] = {
 _STRUCT = (
     rb"Traceback \(most recent call last\)|File \\?\"[^\"\n]{1,1000}\\?\", line \d+|Fatal Python error:|Exception ignored in"
     rb"|terminate called after throwing an instance of|[Cc]annot import name \W{0,3}\w|' object has no attribute '"
-    rb"|[a-z0-9] has no attribute \w|' has no attribute '|[Nn]o module named '"
+    rb"|[a-z0-9] has no attribute \w|' has no attribute '|[Nn]o module named '|Can't get attribute '"
     + "|\\(\\) got an unexpected keyword argument ['‘’]".encode()
     + rb"|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
     rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?:(?: '|[ \t]*(?m:$))|\(\) got multiple values for (?:keyword )?argument '"

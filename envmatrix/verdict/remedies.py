@@ -106,6 +106,8 @@ def sentence(b: Boundary, versions: Mapping[str, str], first_bad: str | None = N
             ask, verb = f"{caller} imports `{b.member}` from {owner}", "has"
         case "range":
             ask, verb = f"{caller} needs {b.name}{b.member}", "has"
+        case "default":
+            ask, verb = f"{caller} calls {owner}() relying on its earlier default for `{b.member}`", "has"
         case _:
             ask, verb = f"{caller} imports the module {b.member}", "has"
     if not b.callee:

@@ -21,7 +21,7 @@ list of distribution names (`''` for the user's own code). `{name}` in a value i
                    `private` where the name is imported from a package's private module (`torch._six`)
 - `error.bare`     `yes` for an exception's message printed alone, without its type (`cannot import name 'X' from 'trl'`)
 - `error.undefined` `library` for a NameError over a name one other distribution defines (a guarded import that did not run),
-                   also `renamed` where Python suggests that distribution's other spelling of it (its package was imported)
+                   also `present` where that distribution is installed all the same (boundary.present): its release lacks it
 - `frame.package`, `frame.module`, `frame.function`, `frame.path`: any frame
 
 The outcome `@code` means "the outcome of the code the message names"; an outcome written `name?` is a fallback, used only
@@ -42,6 +42,7 @@ from ..facts import catalog, enginefailures, errorcodes, modules
 from ..facts.nameindex import index
 from ..records.outcomes import OUTCOME_NAMES
 from . import boundary
+from .imports import COMPILED_MODULE
 from .ranges import in_message
 from .tracebacks import Raised
 
@@ -106,7 +107,7 @@ VOCABULARY: dict[str, Callable[[], str]] = {
     "engine_names": _engine_names,
     "memory_short": lambda: (
         r"out of memory|\bOOM\b|not enough (?:\w+ )?memory|insufficient (?:\w+ )?memory|no (?:available|free) memory|ran out of memory"
-        r"|memory (?:is )?exhausted|running low on memory|low on memory|cannot allocate memory|failed to allocate (?:\w+ )?memory"
+        r"|memory (?:is )?exhausted|requires more (?:\w+ )?memory|running low on memory|low on memory|cannot allocate memory|failed to allocate (?:\w+ )?memory"
         r"|memory allocation (?:of [\d,]+ bytes )?failed|(?:kv cache|cache blocks)[^\n]{0,80}(?:too small|not enough|insufficient|exceed|larger than)"
         r"|(?:larger|more) than[^\n]{0,80}(?:kv cache|cache blocks|available memory)|free memory[^\n]{0,160}(?:less than|lower than)"
     ),
@@ -118,6 +119,7 @@ VOCABULARY: dict[str, Callable[[], str]] = {
         r"driver[^\n]{0,80}(?:too old|is insufficient|older than|not supported|mismatch|requires? (?:a )?newer|update (?:your|the))"
         r"|(?:unsupported|newer) (?:ptx )?toolchain|requires? a newer (?:cuda |nvidia )?driver"
     ),
+    "compiled_module": lambda: COMPILED_MODULE,
     "not_installed": lambda: (
         r"(?:is|are) not installed|not installed\b|(?:is|are) not available|could not be (?:found|imported)|not found in your envir"
         r"|no module named|please install|\bpip3? install|conda install|requires the \S+ (?:library|package)"
@@ -205,7 +207,7 @@ def _values(key: str, raised: Raised) -> list[str]:
             return ["yes" if raised.bare else "no"]
         case "error.undefined":
             found = boundary.guarded(raised)
-            return ["none"] if found is None else ["library", "renamed"] if boundary.renamed(raised, found[1]) else ["library"]
+            return ["none"] if found is None else ["library", "present"] if boundary.present(raised, found[1]) else ["library"]
         case "error.range":  # the package's own statement of the range it needs (ranges.py, the one reader of them)
             return ["stated"] if in_message(raised.value) is not None else ["none"]
         case "error.ignored":

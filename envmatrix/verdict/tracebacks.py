@@ -148,6 +148,11 @@ _EMBEDDED_KWARGS = re.compile(r"The following `?model_kwargs`? are not used by t
 _EMBEDDED_NAME = re.compile(r"(?<![A-Za-z0-9_.])name [`'‘’\"](?P<name>[A-Za-z_]\w{0,200})[`'‘’\"] is not defined")
 
 
+#: pickle's lookup of a class a checkpoint names (`Can't get attribute 'DSC3k2' on <module 'ultralytics.nn.modules.block'
+#: from '…'>`), as users quote it (the module's brackets dropped).
+_EMBEDDED_UNPICKLED = re.compile(r"Can['’]t get attribute ['‘’](?P<name>\w+)['‘’] on <?module ['‘’](?P<module>[A-Za-z_][\w.]*)['‘’]")
+
+
 def _embedded(text: str, in_traceback: bool) -> tuple[str, str, bool] | None:
     """(type, message, typed) of an exception's message printed inside other text (a wrapper's or a user's sentence,
     a logger's line) without its type, or None. `typed`: an ImportError whose `ImportError:` stands right before it
@@ -166,6 +171,8 @@ def _embedded(text: str, in_traceback: bool) -> tuple[str, str, bool] | None:
         return "AttributeError", f"module '{module.group('module')}' has no attribute '{module.group('name')}'", False
     if "o module named" in text and (missing := _EMBEDDED_MODULE.search(text)):
         return "ModuleNotFoundError", missing.group(0), False  # `No module named 'torchao.quantization.prototype'` alone
+    if "t get attribute" in text and (unpickled := _EMBEDDED_UNPICKLED.search(text)):  # pickle's, without its type
+        return "AttributeError", f"Can't get attribute '{unpickled.group('name')}' on <module '{unpickled.group('module')}'>", False
     if "is not defined" in text and (undefined := _EMBEDDED_NAME.search(text)):
         return "NameError", f"name '{undefined.group('name')}' is not defined", False  # Python's words, straight quotes
     return None

@@ -115,3 +115,56 @@ def test_the_builder_skips_the_remote_code_a_distribution_vendors(tmp_path: Path
     # the committed index reads diffusers the same way: its own classes, not the vendored ChatGLM code
     assert resolve("UNet2DConditionModel").dist == "diffusers"
     assert "diffusers" not in resolve("ChatGLMTokenizer").candidates
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ('"llama runner process has terminated: %!w(<nil>)"\n', "crash"),
+        ('"model requires more system memory (5.3 GiB) than is available (4.4 GiB)"\n', "oom"),
+        ("llama.cpp: loading model from m.bin\nerror loading model: unrecognized tensor type 4\nllama_init_from_file: failed to load model\n", "error"),
+        (
+            "ERROR: This container was built for NVIDIA Driver Release 440.33 or later, but\n"
+            "       version 418.87.01 was detected and compatibility mode is UNAVAILABLE.\n",
+            "driver_too_old",
+        ),
+        ("terminate called after throwing an instance of 'dmlc::Error'\n  what():  Check failed: cannot locate symbol CUDARawAlloc\n", "import_abi"),
+        ("AttributeError: '_OpNamespace' 'fbgemm' object has no attribute 'jagged_2d_to_dense'\n", "import_abi"),
+        ("AttributeError: '_OpNamespace' 'aten' object has no attribute 'foo'\n", "error"),
+        ("ModuleNotFoundError: No module named 'tensorrt_llm.bindings'\n", "missing_module"),
+        ("NameError: name 'Replicate' is not defined\n", "api_mismatch"),
+        ("NameError: name 'torch' is not defined\n", "missing_module"),
+        (
+            "NotImplementedError: Support for `training_epoch_end` has been removed in v2.0.0. `MocoModel` implements this method.\n",
+            "api_mismatch",
+        ),
+        ("Can't get attribute 'DSC3k2' on module 'ultralytics.nn.modules.block'\n", "api_mismatch"),
+        ("AttributeError: Can't get attribute 'Net' on <module '__main__' from 'train.py'>\n", "error"),
+    ],
+)
+def test_failures_printed_their_own_way(log: str, expected: str) -> None:
+    assert verdict(log) == expected
+
+
+def test_a_load_refused_under_weights_only_is_the_callers_reliance_on_the_old_default() -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        f'  File "{SITE}/ogb/nodeproppred/dataset_pyg.py", line 69, in __init__\n'
+        "    self.data, self.slices = torch.load(self.processed_paths[0])\n"
+        f'  File "{SITE}/torch/serialization.py", line 1455, in load\n'
+        "    raise pickle.UnpicklingError(_get_wo_message(str(e))) from None\n"
+        "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do so you have two options\n"
+    )
+    assert verdict(log) == "api_mismatch"
+    found = crossed(log)
+    assert (found.caller, found.callee, found.kind, found.member) == ("ogb", "torch", "default", "weights_only")
+
+
+def test_keras_refusing_a_layer_keyword_is_a_mismatch_with_the_package_that_raised() -> None:
+    log = (
+        '  File "C:\\py\\lib\\site-packages\\tensorflow\\python\\keras\\utils\\generic_utils.py", line 600, in validate_kwargs\n'
+        "    raise TypeError(error_message, kwarg)\n"
+        "TypeError: ('Keyword argument not understood:', 'dropout_rate')\n"
+    )
+    assert verdict(log) == "api_mismatch"
+    assert (crossed(log).callee, crossed(log).member) == ("tensorflow", "dropout_rate")
