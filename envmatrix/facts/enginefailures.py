@@ -71,6 +71,15 @@ FAILURES: dict[str, EngineFailure] = {
         ("https://github.com/deepspeedai/DeepSpeed/issues/5603", "https://github.com/deepspeedai/DeepSpeed/pull/5654"),
         "api_mismatch",
     ),
+    "launcher_local_rank": EngineFailure(
+        r"unrecognized\s+arguments:[^\n]*--local-rank(?:=|\s)\d",
+        "torch.distributed.launch passes `--local-rank=N` to the script from torch 2.0 (`--local_rank` before), and the script's "
+        "argument parser knows only the old spelling: accept both (`parser.add_argument('--local-rank', '--local_rank', "
+        "dest='local_rank')`) or read os.environ['LOCAL_RANK'] and launch with torchrun; or run torch < 2.0",
+        ("https://pytorch.org/docs/stable/distributed.html#launch-utility", "https://github.com/open-mmlab/mmagic/pull/2051",
+         "https://github.com/megvii-research/NAFNet/issues/134"),
+        "api_mismatch",
+    ),
     "unwrap_keep_torch_compile": EngineFailure(
         r"unwrap_model\(\)\s+got\s+an\s+unexpected\s+keyword\s+argument\s+'keep_torch_compile'",
         "transformers >= 4.52 calls accelerate's unwrap_model(keep_torch_compile=...), which accelerate has from 1.3.0, while it still "

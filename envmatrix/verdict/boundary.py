@@ -34,6 +34,12 @@ _KEYWORD = re.compile(
     r"got multiple values for (?:keyword )?argument '(?P<multi>\w+)'"
     r"|takes no keyword arguments)"
 )
+#: A wrapper's message that quotes the TypeError it caught after its own words (`Orchestrator initialization failed: Dummy
+#: run failed: LTX2TextConnectors.forward() got an unexpected keyword argument 'additive_mask'`).
+_WRAPPED_KEYWORD = re.compile(r":\s+" + _KEYWORD.pattern)
+#: pybind11's refusal of a call's arguments (`causal_conv1d_fwd(): incompatible function arguments. The following
+#: argument types are supported:`): the compiled function of another release than the Python code calling it.
+_PYBIND = re.compile(r"(?P<name>[A-Za-z_][\w.]*)\(\): incompatible function arguments")
 _POSITIONAL = re.compile(
     r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:missing \d+ required (?:keyword-only |positional )?arguments?: '(?P<member>\w+)'"
     r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given)"
@@ -280,6 +286,10 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
             return "keyword", m.group("name"), m.group("member") or m.group("multi") or "", ""
         if m := _POSITIONAL.search(text):
             return "positional", m.group("name"), m.group("member") or "", ""
+        if m := _PYBIND.search(text):  # a compiled function called with another release's arguments
+            return "positional", m.group("name"), "", ""
+    elif (m := _WRAPPED_KEYWORD.search(text)) and m.group("member"):  # a wrapper quoting the TypeError it caught
+        return "keyword", m.group("name"), m.group("member"), ""
     if {"ValueError", "TypeError"} & set(types) and (m := _REFUSED_KWARGS.search(text)) and (raiser := _raising_frame(raised)):
         return "keyword", raiser.function, m.group("member"), raiser.module  # a library's own check of the keywords it took
     if _WEIGHTS_ONLY.search(text):  # the caller relied on torch.load's earlier default

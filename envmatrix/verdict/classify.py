@@ -289,8 +289,8 @@ def _consequence(variant: str, line: str) -> bool:
 _SIGNAL_NAMED = re.compile(r"SIG(?:SEGV|BUS|ILL|KILL|FPE)|[Ss]ignal:? (?:4|7|8|9|11|Killed)\b|[Ss]egmentation|Bus error|\bOOM\b|[Oo]ut of memory")
 
 
-#: logscan's signatures of a run that failed without raising (llama.cpp's `failed to load model`).
-_ERROR_SAID = ("error:model_load",)
+#: logscan's signatures of a run that failed without raising (llama.cpp's `failed to load model`, Slurm's launch refusal).
+_ERROR_SAID = ("error:model_load", "error:srun")
 
 
 def _error(f: RunFacts) -> str | None:

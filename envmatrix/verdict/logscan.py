@@ -191,6 +191,8 @@ SIGNATURES: dict[str, str] = {
     # a server's refusal to load a model into the memory it has (ollama: `model requires more system memory (5.3 GiB) than is
     # available (4.4 GiB)`)
     "oom:model_memory": r"(?i:requires more (?:system |gpu |video |device )?memory \([\d.]+ ?[KMGT]i?B\) than is available)",
+    # TensorFlow's kernel launch refused for memory (`Non-OK-status: GpuLaunchKernel(…) status: Internal: out of memory`)
+    "oom:tf_status": r"Non-OK-status:[^\n]{0,400}status: (?:Internal|Resource exhausted): out of memory",
     "oom:kv_len": r"(?i:larger than the maximum number of tokens that can be stored in (?:the )?KV cache)",
     "ddp_ready_twice:once": r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once",
     "ddp_ready_twice:twice": r"marked\s+as\s+ready\s+twice",
@@ -234,6 +236,9 @@ SIGNATURES: dict[str, str] = {
     "nccl_error:hccl_wait": r"The wait execution of the Notify register times out",
     # torch's c10d store barrier that not every rank reached while the process group started
     "nccl_error:store_barrier": r"Timed out initializing process group in store based barrier",
+    # c10d's TCP store waiting on the other ranks past its timeout (`[c10d] waitForInput: socket SocketImpl(…) timed out
+    # after 600000ms`): the ranks stopped meeting at a collective's rendezvous
+    "nccl_error:store_socket": r"\[c10d\] waitForInput: socket [^\n]{0,300}timed out after \d+ ?ms",
     "nccl_error:aborted": r"NCCL communicator was aborted",
     "nccl_error:stuck": r"ProcessGroupNCCL's watchdog got stuck",
     "nccl_error:failed": r"Some NCCL operations have failed or timed out",
@@ -355,6 +360,9 @@ SIGNATURES: dict[str, str] = {
     # llama.cpp's refusal of a model file it cannot read (`error loading model: unrecognized tensor type 4` /
     # `llama_init_from_file: failed to load model`): the run did not start
     "error:model_load": r"llama_(?:init_from_file|load_model_from_file|model_load):\s*(?:failed to load model|error loading model)",
+    # Slurm's refusal to start the job's tasks (`srun: error: Task launch for 36.0 failed on node cn131: Job credential
+    # expired`, `srun: error: Unable to create step for job 123: …`): the run never started
+    "error:srun": r"srun: error: (?:Task launch for \S+ failed on node|Unable to (?:create step|allocate resources))",
     "error:hydra": r"Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace",
     # not an outcome: a package's statement of the range it needs (evidence for an API mismatch, read by evidence.py)
     "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"

@@ -168,3 +168,37 @@ def test_keras_refusing_a_layer_keyword_is_a_mismatch_with_the_package_that_rais
     )
     assert verdict(log) == "api_mismatch"
     assert (crossed(log).callee, crossed(log).member) == ("tensorflow", "dropout_rate")
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ("train.py: error: unrecognized arguments: --local-rank=0\n", "api_mismatch"),
+        ("train.py: error: unrecognized arguments: --lr=0.1\n", "inconclusive"),
+        (
+            "[rank2]:[W303 socket.cpp:487] [c10d] waitForInput: socket SocketImpl(fd=71, remote=[localhost]:29500) timed out after 600000ms\n",
+            "nccl_error",
+        ),
+        ("Non-OK-status: GpuLaunchKernel(FillPhiloxRandomKernelLaunch, d.stream(), gen) status: Internal: out of memory\n", "oom"),
+        (
+            "ImportError: cannot import name 'export_models' from partially initialized module 'optimum.exporters.onnx'"
+            " (most likely due to a circular import) (/x/optimum/exporters/onnx/__init__.py)\n",
+            "error",
+        ),
+        ("srun: error: Task launch for 36.0 failed on node cn131: Job credential expired\n", "error"),
+        (
+            "RuntimeError: Orchestrator initialization failed: Dummy run failed: LTX2TextConnectors.forward() got an unexpected"
+            " keyword argument 'additive_mask'\n",
+            "api_mismatch",
+        ),
+        ("TypeError: causal_conv1d_fwd(): incompatible function arguments. The following argument types are supported:\n", "api_mismatch"),
+    ],
+)
+def test_failures_of_launchers_wrappers_and_extensions(log: str, expected: str) -> None:
+    assert verdict(log) == expected
+
+
+def test_a_wrapper_quoting_a_keyword_refusal_names_the_called_class() -> None:
+    log = "RuntimeError: Dummy run failed: SFTConfig.__init__() got an unexpected keyword argument 'max_seq_length'\n"
+    found = crossed(log)
+    assert (found.callee, found.member) == ("trl", "max_seq_length")
