@@ -54,16 +54,19 @@ def test_a_name_a_module_lacks_is_a_version_mismatch() -> None:
 
 
 @pytest.mark.parametrize(
-    "line",
+    ("line", "outcome"),
     [
-        # a circular import and the user's own module are bugs of the code, not two releases
-        "ImportError: cannot import name 'x' from partially initialized module 'trl' (most likely due to a circular import) (/v/site-packages/trl/a.py)",
-        "ImportError: cannot import name 'helper' from 'myutils' (/home/me/project/myutils.py)",
-        "ModuleNotFoundError: No module named 'myproject.rewards'",
+        # a circular import is a bug of the code (error), the user's own module one not installed: not two releases
+        (
+            "ImportError: cannot import name 'x' from partially initialized module 'trl' (most likely due to a circular import) (/v/site-packages/trl/a.py)",
+            Outcome.ERROR,
+        ),
+        ("ImportError: cannot import name 'helper' from 'myutils' (/home/me/project/myutils.py)", Outcome.MISSING_MODULE),
+        ("ModuleNotFoundError: No module named 'myproject.rewards'", Outcome.MISSING_MODULE),
     ],
 )
-def test_an_import_of_the_users_own_code_is_no_mismatch(line: str) -> None:
-    assert classify(RunFacts(scan=scan_text(line + "\n"), exit_code=1)).outcome == Outcome.MISSING_MODULE
+def test_an_import_of_the_users_own_code_is_no_mismatch(line: str, outcome: Outcome) -> None:
+    assert classify(RunFacts(scan=scan_text(line + "\n"), exit_code=1)).outcome == outcome
 
 
 def test_a_warning_in_a_run_that_trained_is_not_a_failure() -> None:
