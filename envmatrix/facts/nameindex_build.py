@@ -49,11 +49,12 @@ SOURCES: tuple[str, ...] = (
     # sentence-transformers model, a timm backbone), and the older releases of those still run. Not `lightning`: its code
     # is pytorch-lightning's under another import name, and users' prose calls pytorch-lightning "lightning"; nor
     # pytorch-lightning before 1.9, whose metadata today's pip refuses. diffusers without the models' remote code it
-    # vendors (`_VENDORED`), and the quantization integrations that import transformers' internals (autoawq's
-    # `shard_checkpoint`, optimum's GPTQ)
+    # vendors (`_VENDORED`), the quantization integrations that import transformers' internals (autoawq 0.2.6's
+    # `shard_checkpoint`, optimum's GPTQ). Not torch-geometric: its `Parameter`, `DataLoader`, `Linear` make torch's
+    # ambiguous (measured: one caller gained, torch's `Parameter` lost)
     "pytorch-lightning", "pytorch-lightning==1.9.5", "torchmetrics", "sentence-transformers", "torchvision", "timm",
     "transformers==4.30.2", "transformers==3.5.1", "trl==0.11.4", "keras", "mmengine", "jax", "flax",
-    "diffusers", "autoawq", "optimum",
+    "diffusers", "autoawq", "autoawq==0.2.6", "optimum",
 )  # fmt: skip
 #: Modules a distribution copies from models' remote code (diffusers' Kolors pipeline carries ChatGLM's `ChatGLMTokenizer`
 #: and `ChatGLMModel`): not its own names, and users load those classes through transformers' remote code, so reading them
