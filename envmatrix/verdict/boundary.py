@@ -680,12 +680,16 @@ def _by_member(kind: str, member: str, resolved: Resolved, shown: set[str], aske
     one distribution, or is the asker itself (a library asking its own member of an object it was handed: that object is
     the other side). Never from the index alone: the distribution must be one the log shows (`shown`, canonical names: its
     frames, the packages it states, the environment's freeze); jax's `ShapedArray` lacking `_trace` is no class of ray's,
-    the one indexed distribution with a member `_trace`."""
+    the one indexed distribution with a member `_trace`. But where the class is one several indexed packages name and one
+    of their classes has the member (`'Attention' object has no attribute 'cross_attention_norm'`: diffusers'), the name
+    and the member agree without it."""
     table: Table = "members" if kind == "attribute" else "keywords"
     found = resolve(member, caller=asker, table=table, **around)
     if resolved.candidates and all(c in index().releases for c in resolved.candidates):  # the class is indexed, in several packages
         both = tuple(d for d in resolved.candidates if d in found.candidates)
-        if len(both) != 1 or both[0] not in shown:
+        # a class several packages name, one of whose classes has the member asked: the two pieces agree; a keyword
+        # only where the log shows the package (the keyword table is per package: any of its callables may take it)
+        if len(both) != 1 or (table == "keywords" and both[0] not in shown):
             return None
         has = "classes have the member" if table == "members" else "callables take the keyword"
         return Resolved(both[0], f"{resolved.reason}; of these only {both[0]}'s {has} {member}{_BY_MEMBER}", resolved.candidates)

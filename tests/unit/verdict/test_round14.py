@@ -202,3 +202,10 @@ def test_a_wrapper_quoting_a_keyword_refusal_names_the_called_class() -> None:
     log = "RuntimeError: Dummy run failed: SFTConfig.__init__() got an unexpected keyword argument 'max_seq_length'\n"
     found = crossed(log)
     assert (found.callee, found.member) == ("trl", "max_seq_length")
+
+
+def test_a_class_several_packages_name_is_the_one_whose_classes_have_the_member() -> None:
+    found = crossed("AttributeError: 'Attention' object has no attribute 'cross_attention_norm'\n")
+    assert found.callee == "diffusers", found.callee_reason
+    # a member none of them has, or several have, names none
+    assert crossed("AttributeError: 'Attention' object has no attribute 'zz_not_a_member'\n").callee in ("", None)
