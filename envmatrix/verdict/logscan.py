@@ -299,7 +299,7 @@ SIGNATURES: dict[str, str] = {
     # Colab's notice of a runtime that died without an exception (`Your session crashed for an unknown reason`), and a
     # process pool's worker killed under it (`BrokenProcessPool: A process in the process pool was terminated abruptly`)
     "crash:colab": r"(?i:session (?:is |has )?crashed for (?:an? )?unknown reason)|A process in the process pool was terminated abruptly",
-    "crash:worker_died": r"A worker died or was killed while executing|(?:[Aa]ctor|[Ww]orker|Worker proc [\w-]+) died unexpectedly"
+    "crash:worker_died": r"A worker died or was killed while executing|(?:[Aa]ctor|[Ww]orker|Worker proc [\w-]+|Engine core proc [\w-]+) died unexpectedly"
     r"|Worker unexpectedly exits|worker process (?:\d+ )?(?:was )?killed by signal|(?:rank|worker) \d+ (?:died|exited) with signal"
     r"|Raylet is terminated\b[^\n]{0,200}?Termination is unexpected",  # the node's raylet died (its own notice says so)
     # a wall-clock limit the scheduler enforced

@@ -186,6 +186,7 @@ def test_keras_refusing_a_layer_keyword_is_a_mismatch_with_the_package_that_rais
             "error",
         ),
         ("srun: error: Task launch for 36.0 failed on node cn131: Job credential expired\n", "error"),
+        ("ERROR - Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.\n", "crash"),
         (
             "RuntimeError: Orchestrator initialization failed: Dummy run failed: LTX2TextConnectors.forward() got an unexpected"
             " keyword argument 'additive_mask'\n",
