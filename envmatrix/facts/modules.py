@@ -106,7 +106,7 @@ LIBRARIES: frozenset[str] = frozenset(
         # evaluation, serialization and retrieval libraries under the training stack (dill's and multiprocess's pickling
         # internals that datasets reads, sacrebleu's tokenizers, OpenCompass, Haystack, the embedding and vector stores)
         "dill", "multiprocess", "sacrebleu", "rouge_score", "opencompass", "evalscope", "lighteval", "haystack", "FlagEmbedding",
-        "faiss", "chromadb", "pymilvus", "colbert", "setfit", "thinc", "spacy_transformers",
+        "faiss", "chromadb", "pymilvus", "colbert", "setfit", "thinc", "spacy_transformers", "lmcache", "llguidance",
     }
 )  # fmt: skip
 

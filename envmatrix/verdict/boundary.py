@@ -32,6 +32,9 @@ from .tracebacks import LAZY, Frame, Raised
 _KEYWORD = re.compile(
     r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:got an unexpected keyword argument ['‘’](?P<member>\w+)['‘’]|"
     r"got multiple values for (?:keyword )?argument '(?P<multi>\w+)'"
+    # a signature that made the parameter positional-only (`validate_grammar() got some positional-only arguments passed
+    # as keyword arguments: 'tokenizer'`)
+    r"|got some positional-only arguments passed as keyword arguments: '(?P<posonly>\w+)'"
     r"|takes no keyword arguments)"
 )
 #: A wrapper's message that quotes the TypeError it caught after its own words (`Orchestrator initialization failed: Dummy
@@ -283,7 +286,7 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
     types = raised.types
     if "TypeError" in types:
         if m := _KEYWORD.search(text):
-            return "keyword", m.group("name"), m.group("member") or m.group("multi") or "", ""
+            return "keyword", m.group("name"), m.group("member") or m.group("multi") or m.group("posonly") or "", ""
         if m := _POSITIONAL.search(text):
             return "positional", m.group("name"), m.group("member") or "", ""
         if m := _PYBIND.search(text):  # a compiled function called with another release's arguments

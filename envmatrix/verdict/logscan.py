@@ -103,6 +103,9 @@ SIGNATURES: dict[str, str] = {
     # an architecture the installed transformers does not know: the probe's wording, then transformers' own
     "unknown_model:probe": r"model_type '[\w.-]+' \([^)]*\) is not known to transformers [\w.]+",
     "unknown_model:auto": r"has model type `[\w.-]+` but Transformers does not recognize this architecture",
+    # llama.cpp's loader (and ollama's, vLLM's GGUF path on it) not knowing the checkpoint's architecture: `error loading model
+    # architecture: unknown model architecture: 'qwen3'`
+    "unknown_model:gguf_arch": r"unknown model architecture: ['`]?[\w.-]+['`]?",
     "unknown_model:unrecognized": r"Unrecognized model in \S+\. Should have a `?model_type`? key",
     # the training engines' own failures (DeepSpeed ZeRO, FSDP, accelerate): facts/enginefailures.py owns them
     **{f"{failure.outcome}:{name}": failure.pattern for name, failure in ENGINE_FAILURES.items()},
@@ -437,6 +440,7 @@ _STRUCT = (
     + "|\\(\\) got an unexpected keyword argument ['‘’]".encode()
     + rb"|\(\) takes (?:from )?\d+(?: to \d+)? positional arguments? but"
     rb"|\(\) missing \d+ required (?:keyword-only |positional )?arguments?:(?: '|[ \t]*(?m:$))|\(\) got multiple values for (?:keyword )?argument '"
+    rb"|\(\) got some positional-only arguments passed as keyword arguments: '"
     + "|[Uu]nexpected keyword argument ['‘’]".encode()
     + rb"|model_kwargs`? are not used by the model|"
     + "\\bname [`'\"‘’]\\w+[`'\"‘’] is not defined".encode()

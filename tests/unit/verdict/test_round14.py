@@ -187,6 +187,13 @@ def test_keras_refusing_a_layer_keyword_is_a_mismatch_with_the_package_that_rais
         ),
         ("srun: error: Task launch for 36.0 failed on node cn131: Job credential expired\n", "error"),
         ("ERROR - Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.\n", "crash"),
+        ("TypeError: LLMatcher.validate_grammar() got some positional-only arguments passed as keyword arguments: 'tokenizer'\n", "api_mismatch"),
+        (
+            "ModuleNotFoundError: No module named 'transformers.integrations.deepspeed'; 'transformers.integrations' is not a package\n",
+            "api_mismatch",
+        ),
+        ("ModuleNotFoundError: No module named 'vllm.engine'; 'vllm' is not a package\n", "error"),
+        ("llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'qwen3'\n", "unknown_model"),
         (
             "RuntimeError: Orchestrator initialization failed: Dummy run failed: LTX2TextConnectors.forward() got an unexpected"
             " keyword argument 'additive_mask'\n",
