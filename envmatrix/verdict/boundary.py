@@ -261,7 +261,7 @@ def present(raised: Raised, dist: str) -> bool:
     a torch release without `torch.distributed.tensor.Replicate`), the package itself aside (`name 'torch' is not defined`
     is an import the code never made)."""
     m = _DID_YOU_MEAN.search(raised.value.split("\n", 1)[0])
-    if m is not None and dist in (resolve(m.group("name")).candidates or (resolve(m.group("name")).dist,)):
+    if m is not None and dist in ((suggested := resolve(m.group("name"))).candidates or (suggested.dist,)):
         return True
     name = _NAME_ERROR.match(raised.value)
     return dist == "torch" and name is not None and name.group("name") not in import_packages("torch")
@@ -276,7 +276,7 @@ def _message(raised: Raised) -> str:
     """The message's first line, joined to the next where it stops short of the name it gives (`_STOPS_SHORT`)."""
     first, _, rest = raised.value.partition("\n")
     if rest and _STOPS_SHORT.search(first):
-        return f"{first.rstrip()} {rest.split(chr(10), 1)[0].strip()}"
+        return first.rstrip() + " " + rest.partition("\n")[0].strip()
     return first
 
 
