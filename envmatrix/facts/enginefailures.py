@@ -80,6 +80,16 @@ FAILURES: dict[str, EngineFailure] = {
          "https://github.com/megvii-research/NAFNet/issues/134"),
         "api_mismatch",
     ),
+    "gym_step_api": EngineFailure(
+        r"=[ \t]*[\w.\[\]]*\w*env\w*(?:\.\w+)*\.(?:step|reset)\([^\n]*\n(?:[^\n]*\n){0,12}?[^\n]*(?:too many|not enough) values to unpack"
+        r" \(expected [1-5](?:, got [1-5])?\)",
+        "gym 0.26 (and every Gymnasium release) returns five values from env.step() (observation, reward, terminated, truncated, "
+        "info) and two from env.reset() (observation, info), where gym <= 0.25 returned four and the observation alone: code "
+        "written for one API unpacks the other's; install the gym the code was written for (gym < 0.26 for the old API), or "
+        "update the code (or wrap an old environment in gymnasium's EnvCompatibility)",
+        ("https://gymnasium.farama.org/main/release_notes/gym_v0.26.0/", "https://gymnasium.farama.org/content/migration-guide/"),
+        "api_mismatch",
+    ),
     "unwrap_keep_torch_compile": EngineFailure(
         r"unwrap_model\(\)\s+got\s+an\s+unexpected\s+keyword\s+argument\s+'keep_torch_compile'",
         "transformers >= 4.52 calls accelerate's unwrap_model(keep_torch_compile=...), which accelerate has from 1.3.0, while it still "

@@ -375,6 +375,18 @@ def _site_path(module: str, raised: Raised) -> str:
     return ""
 
 
+def _installed_importer(module: str, frames: list[Frame], dists: list[str]) -> str:
+    """The installed package's module that imports from a module of another top-level package (`torchrl.envs.transforms`
+    in site-packages importing `tensordict.nn.common`), or '': pip-installed code imports no module of the user's, so the
+    module it imports is an installed distribution's even where the name index does not know it."""
+    if not frames or not dists[-1] or dists[-1] == "python" or not _SITE.search(frames[-1].path):
+        return ""
+    top = module.split(".")[0]
+    if (frames[-1].module or "").split(".")[0] == top:
+        return ""
+    return frames[-1].module or dists[-1]
+
+
 def _outside_install(module: str, frames: list[Frame], dists: list[str]) -> list[str]:
     """The user's own folder named like a package (`top_nsigma/src/vllm/sampler.py`) is no checkout of it when the message
     shows that package installed in site-packages: a frame outside every site-packages folder is then the user's code."""
@@ -451,6 +463,11 @@ def of(
         elif where := _site_path(module, raised):
             callee = module_owner(module)
             resolved = Resolved(callee, f"{module} is an installed package's module ({where}), one the name index does not cover", (callee,))
+        elif importer := _installed_importer(module, frames, dists):
+            callee = module_owner(module)
+            resolved = Resolved(
+                callee, f"{module} is imported by {importer}, installed code: an installed package's module, one the name index does not cover", (callee,)
+            )
         else:
             resolved = Resolved("", f"{module} is no installed package's module the name index knows (the user's own, perhaps)")
     else:

@@ -290,7 +290,7 @@ _SIGNAL_NAMED = re.compile(r"SIG(?:SEGV|BUS|ILL|KILL|FPE)|[Ss]ignal:? (?:4|7|8|9
 
 
 #: logscan's signatures of a run that failed without raising (llama.cpp's `failed to load model`, Slurm's launch refusal).
-_ERROR_SAID = ("error:model_load", "error:srun")
+_ERROR_SAID = ("error:model_load", "error:srun", "error:build")
 
 
 def _error(f: RunFacts) -> str | None:

@@ -142,7 +142,12 @@ SIGNATURES: dict[str, str] = {
     "unsupported_gpu:too_old": r"PyTorch no longer supports this GPU because it is too old",
     # a capability refusal in a library's own words: `Your setup doesn't support bf16/gpu` (transformers' TrainingArguments)
     # vLLM's and torch's bf16 refusal, in any case (a log pasted lower-cased)
-    "unsupported_gpu:bf16_cc": r"(?i:(?:bfloat16|bf16|fp8|float8)\s+is\s+only\s+supported\s+on\s+gpus\s+with\s+compute\s+capability)",
+    # (and any feature's: Triton's `f8e4m3nv is only supported on compute capability >= 90`; an application's `FP8 models
+    # require a GPU with Compute Capability 8.9 or higher`)
+    "unsupported_gpu:bf16_cc": r"(?i:(?:bfloat16|bf16|fp8|float8|\w+)\s+(?:is|are)\s+only\s+supported\s+on\s+"
+    r"(?:(?:gpus|devices)\s+with\s+)?compute\s+capability)"
+    r"|(?i:\brequires?\s+(?:an?\s+)?(?:nvidia\s+)?(?:gpu|device)s?\s+with\s+(?:a\s+)?compute\s+capability\s+(?:of\s+)?(?:at\s+least\s+|>=?\s*)?\d+(?:\.\d+)?"
+    r"(?:\s+or\s+(?:higher|above|newer|later))?)",
     "unsupported_gpu:setup": r"(?i:(?:setup|device|gpu|hardware|machine)\s+(?:doesn't|does\s+not|cannot|can't)\s+support\s+(?:bf16|bfloat16|fp8|tf32|flash))"
     # a kernel's own refusal of the GPU (bitsandbytes: `ERROR: Your GPU does not support Int8 Matmul!`)
     r"|(?i:\byour\s+gpu\s+(?:doesn't|does\s+not)\s+support\s+(?:int8|int4|fp16|half|8-?bit|4-?bit|tensor\s+cores?)\b)",
@@ -156,7 +161,9 @@ SIGNATURES: dict[str, str] = {
     # a ptxas that does not know the GPU at all (`Value 'sm_120' is not defined for option 'gpu-name'`)
     "unsupported_gpu:ptxas_arch": r"Value 'sm_\d+[a-z]?' is not defined for option 'gpu-name'",
     # an operator with no kernel on Apple's GPU, and xformers' kernels refusing a GPU's shared memory
-    "unsupported_gpu:mps": r"is not (?:currently )?implemented for the MPS device",
+    # (and a dtype Apple's GPU has none of: `Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64`)
+    "unsupported_gpu:mps": r"is not (?:currently )?implemented for the MPS device"
+    r"|(?i:the MPS (?:framework|backend) (?:doesn't|does not) support (?:float64|double|complex))",
     "unsupported_gpu:xformers_smem": r"\bSm\d+ does not have enough shared-memory",
     "unsupported_gpu:ptxas": r"Feature '[^'\n]{1,80}' requires \.target sm_\d+ or higher",
     "oom:cuda": r"CUDA out of memory|(?i:cuda out of memory\. tried to allocate)",  # also as a user pasted it lower-cased
@@ -209,7 +216,7 @@ SIGNATURES: dict[str, str] = {
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
     "nan_loss:phrase": r"(?i:\b(?:loss(?:es)?|kl(?:[ _]divergence)?|the results?)\s+"
-    r"(?:is|are|became|becomes|was|were|went|goes|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:always\s+|still\s+)?(?:going\s+|getting\s+|turning\s+|becoming\s+)?(?:to\s+)?(?:nan|inf)\b"
+    r"(?:(?:always|still|often|then)\s+)?(?:is|are|became|becomes|was|were|went|goes|equals?|equal(?:ed|s)?\s+to|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:always\s+|still\s+)?(?:going\s+|getting\s+|turning\s+|becoming\s+)?(?:to\s+)?(?:nan|inf)\b"
     # `I got the following NaN loss`, and in Chinese (`loss为nan`, `loss变成了nan`)
     r"|\b(?:got|get|gets|getting|see|seeing|saw|encounter(?:s|ed)?|hit|shows?|showing|gives?|giving)\s+"
     r"(?:an?\s+|the\s+(?:following\s+)?)?nan\s+loss(?:es)?\b)" + "|(?i:\\b(?:loss|损失)[^\\n，,。;；]{0,8}?(?:为|是|变成了?|变为|出现了?)\\s*(?:nan|inf)\\b)",
@@ -336,7 +343,7 @@ SIGNATURES: dict[str, str] = {
     # endless repetition, and an output told as a run of `!` (a reply too short to measure: `输出为'!!!!...'`)
     r"|\b(?:endless(?:ly)?|infinite(?:ly)?)\s+repeat\w*|\brepeating\s+(?:special\s+)?(?:characters|tokens|symbols)\b"
     r"|\brepeat(?:s|ed|ing)?\s+until\s+(?:the\s+)?max(?:imum)?\s*(?:new\s+)?(?:tokens?|length)"
-    r"|(?:\boutputs?|\bresponses?|\bgenerat\w*|输出|回复|回答)(?s:.{0,30}?)[!！]{4,}"
+    r"|(?:\boutputs?|\bresponses?|\bgenerat\w*|输出|回复|回答)(?s:.{0,30}?)[!！]{4,}|(?:输出|回复|回答|生成)[^\n]{0,20}感叹号"
     r"|\b(?:outputs?|responses?|repl(?:y|ies)|generat\w*|returns?)\s+(?:only|nothing but|just)\s+(?:exclamation marks|question marks|empty strings)\b"
     # the rest told as `!` (`fills the rest tokens with exclamation marks`, `returns only '!'`)
     r"|\b(?:fill(?:s|ed|ing)?|padd?(?:s|ed|ing)?)\b[^\n]{0,40}\bwith\s+exclamation\s+marks\b|\bonly\s+['\"`]!+['\"`]"
@@ -366,6 +373,11 @@ SIGNATURES: dict[str, str] = {
     # Slurm's refusal to start the job's tasks (`srun: error: Task launch for 36.0 failed on node cn131: Job credential
     # expired`, `srun: error: Unable to create step for job 123: …`): the run never started
     "error:srun": r"srun: error: (?:Task launch for \S+ failed on node|Unable to (?:create step|allocate resources))",
+    # a build that failed: torch's extension builder refusing a CUDA toolkit other than torch's own (`The detected CUDA version
+    # (11.8) mismatches the version that was used to compile PyTorch (12.4)`), pip's summary of wheels it could not build
+    "error:build": r"The detected CUDA version \([\w.]+\) mismatches the version that was used to compile\s+PyTorch"
+    r"|ERROR: Failed to build installable wheels for some pyproject\.toml based projects"
+    r"|ERROR: Could not build wheels for [\w.,\s-]{1,200}?which (?:is|are) required to install pyproject\.toml-based projects",
     "error:hydra": r"Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace",
     # not an outcome: a package's statement of the range it needs (evidence for an API mismatch, read by evidence.py)
     "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"

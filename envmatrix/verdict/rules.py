@@ -124,6 +124,7 @@ VOCABULARY: dict[str, Callable[[], str]] = {
         r"(?:is|are) not installed|not installed\b|(?:is|are) not available|could not be (?:found|imported)|not found in your envir"
         r"|no module named|please install|\bpip3? install|conda install|requires the \S+ (?:library|package)"
         r"|seems to be not installed|missing (?:dependenc|package|module)|install (?:it|them) (?:with|via|using)"
+        r"|(?:requires?|needs?) `?[\w.-]+`? to be installed"
     ),
 }
 
@@ -182,6 +183,9 @@ def _boundary_flags(raised: Raised) -> tuple[str, ...]:
         + (["private"] if private else [])
         + (["misspelt"] if crossed.misspelt else [])
         + (["unrelated"] if crossed.unrelated else [])
+        # `self`: the package's own module imports from its own top level (apex's `transformer/log_util.py` importing from an
+        # `apex` that is a folder with no `__init__`): the package itself is not installed whole, whoever called it
+        + (["self"] if crossed.kind == "import_name" and raised.package and raised.package == crossed.callee else [])
     )
     return (side, *flags)
 

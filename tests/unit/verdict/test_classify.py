@@ -338,6 +338,7 @@ ENGINE_LINES = {
     "elastic_import": "ImportError: cannot import name '_get_socket_with_port' from 'torch.distributed.elastic.agent.server.api'",
     "unwrap_keep_torch_compile": "TypeError: Accelerator.unwrap_model() got an unexpected keyword argument 'keep_torch_compile'",
     "launcher_local_rank": "train.py: error: unrecognized arguments: --local-rank=0",
+    "gym_step_api": "    observation, reward, done, info = env.step(action)\nValueError: too many values to unpack (expected 4)",
     "fsdp_unallocated": "RuntimeError: The tensor has a non-zero number of elements, but its data is not allocated yet. Caffe2 uses a lazy",
     "fsdp2_mixed_dtensor": "RuntimeError: aten.mm.default: got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor",
     "zero3_device_map": "ValueError: DeepSpeed Zero-3 is not compatible with passing a `device_map`.",
