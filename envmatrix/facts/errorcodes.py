@@ -175,7 +175,7 @@ def _alternation(texts: Iterable[str]) -> str:
 _CUDA_SAID = r"cuda(?:\s+runtime|\s+driver)?\s+(?:error|warning|failed\s+with\s+error)"
 _CUDA_CONTEXT = (
     r"(?i:" + _CUDA_SAID + r"|\berror(?:\s+|=)\d{1,4})"
-    r"\s*(?:\(\d{1,4}\)\s*|\([^)\n]{1,300}:\d+\)\s*)?[:=]?\s*"
+    r"\s*(?:\(\d{1,4}\)\s*|\([^)\n]{1,300}:\d+\)\s*|(?:in|at)\s+[^\s:()]{1,300}(?:\(\d+\)|:\d+)\s*)?[:=]?\s*"
 )
 #: NCCL's strings come after `NCCL error`, `NCCL Error 2:`, torch's `NCCL error in: <file>:<line>, ` and the like.
 _NCCL_CONTEXT = r"(?i:nccl)[^\n]{0,160}?"
@@ -200,6 +200,22 @@ TRIGGER = (
 FIND_CHARS = 4000
 
 
+#: How long a CUDA message must be to be read without a wrapper's words before it: one this long is CUDA's own sentence
+#: however it is quoted (`… tile_matmul_kernels.cu(183): an illegal memory access was encountered`, or in a user's prose),
+#: where a short one (`out of memory`, `invalid argument`) is any library's.
+BARE_CHARS = 32
+
+
+def _bare() -> list[str]:
+    return [m for c in table() if c.family in ("cuda_runtime", "cuda_driver") for m in c.messages if len(m) >= BARE_CHARS]
+
+
+@cache
+def trigger() -> str:
+    """TRIGGER and CUDA's long messages on their own (RE2): where the scanner looks for a code."""
+    return TRIGGER + r"|(?i:" + _alternation(_bare()) + r")"
+
+
 @cache
 def patterns() -> dict[str, str]:
     """Patterns generated from the table, each with a group VALUE that `lookup` resolves: every enum name; each family's
@@ -212,6 +228,7 @@ def patterns() -> dict[str, str]:
         "cuda_message": _CUDA_CONTEXT + r"(?P<VALUE>(?i:" + _alternation(cuda) + r"))",
         "nccl_message": _NCCL_CONTEXT + r"(?P<VALUE>(?i:" + _alternation(nccl) + r"))",
         "cuda_number": r"(?i:cuda\s+error\s*[:=]?\s*|\bcode\s*=\s*)(?P<VALUE>\d{1,4})\b",
+        "cuda_bare": r"(?P<VALUE>(?i:" + _alternation(_bare()) + r"))",
         "device_assert": r"(?P<VALUE>" + _DEVICE_ASSERT + r")",
     }
 
@@ -220,7 +237,7 @@ def lookup(kind: str, value: str) -> Code | None:
     """The code a `patterns()` match names: `kind` is the pattern's name, `value` its VALUE group."""
     if kind == "name":
         return by_name(value)
-    if kind == "cuda_message":
+    if kind in ("cuda_message", "cuda_bare"):
         return by_message("cuda_runtime", value) or by_message("cuda_driver", value)
     if kind == "nccl_message":
         return next((c for c in table() if c.family == "nccl" and any(_norm(m).startswith(_norm(value)) for m in c.messages)), None)
@@ -229,6 +246,9 @@ def lookup(kind: str, value: str) -> Code | None:
     if kind in _FORMS:
         return by_name(_FORMS[kind])
     return None
+
+
+_NCCL_SAID = re.compile(r"(?i:\bnccl\b)")
 
 
 @cache
@@ -241,6 +261,8 @@ def find(text: str) -> list[Code]:
     found: list[Code] = []
     for kind, pattern in _compiled():
         for m in pattern.finditer(text[:FIND_CHARS]):
+            if kind == "cuda_bare" and _NCCL_SAID.search(text, text.rfind("\n", 0, m.start()) + 1, m.start()):
+                continue  # NCCL's report of a CUDA failure it met (`NCCL WARN Cuda failure '…'`) is NCCL's
             code = lookup(kind, m.group("VALUE"))
             if code is not None and code not in found:
                 found.append(code)

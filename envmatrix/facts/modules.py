@@ -107,6 +107,11 @@ LIBRARIES: frozenset[str] = frozenset(
         # internals that datasets reads, sacrebleu's tokenizers, OpenCompass, Haystack, the embedding and vector stores)
         "dill", "multiprocess", "sacrebleu", "rouge_score", "opencompass", "evalscope", "lighteval", "haystack", "FlagEmbedding",
         "faiss", "chromadb", "pymilvus", "colbert", "setfit", "thinc", "spacy_transformers", "lmcache", "llguidance",
+        # torch's own satellites and the domain libraries built on torch (data pipes, RL, medical imaging, 3D, speech,
+        # tabular and time series) and the gradient-boosting libraries beside them
+        "torchdata", "tensordict", "torchrl", "stable_baselines3", "monai", "fastai", "pytorch3d", "open3d", "gsplat",
+        "nerfstudio", "segmentation_models_pytorch", "speechbrain", "pyannote", "espnet", "gluonts", "xgboost", "lightgbm",
+        "catboost", "statsmodels",
     }
 )  # fmt: skip
 

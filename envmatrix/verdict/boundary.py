@@ -27,7 +27,7 @@ from ..facts.modules import KNOWN_IMPORTS, SPELLINGS, known_import
 from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, imports_from, index, misspelt, module_owner, requires, resolve, users
 from .ranges import MESSAGE_LINES, Range, in_message
 from .stated import Shown, Stated, closing, dist_of
-from .tracebacks import LAZY, Frame, Raised
+from .tracebacks import LAZY, Frame, Raised, own_checkout
 
 _KEYWORD = re.compile(
     r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:got an unexpected keyword argument ['‘’](?P<member>\w+)['‘’]|"
@@ -208,6 +208,8 @@ def project_of(path: str) -> str:
         folders = parts[:-1]
         at = next((i for i, f in enumerate(folders) if i > 0 and f.lower() in _GENERIC_DIRS), len(folders))
         name = folders[at - 1] if at else ""
+    if name.lower() in _NOT_PROJECTS:  # `/workspace/examples/x.py`: the folder a container mounts names no project
+        return ""
     return re.sub(r"-(?:main|master)$", "", name) if re.fullmatch(r"[\w.+-]{2,80}", name) else ""
 
 
@@ -372,6 +374,12 @@ def _site_path(module: str, raised: Raised) -> str:
             rest = re.split(r"[/\\]", text[m.end() :], maxsplit=1)
             if rest[0] in (top, f"{top}.py"):
                 return text[m.start() + 1 :].split(")")[0].strip()
+    # or a source checkout of the package, installed from its repository's folder (`/opt/monai/monai/transforms/__init__.py`)
+    shown = re.search(r"\(([^()\n]*[/\\]" + re.escape(top) + r"[/\\][^()\n]*)\)", raised.value.split("\n", 1)[0])
+    if shown:
+        parts = [p for p in re.split(r"[/\\]+", shown.group(1)) if p]
+        if any(p == top and own_checkout(parts, i) for i, p in enumerate(parts)):
+            return shown.group(1).strip()
     return ""
 
 

@@ -70,10 +70,11 @@ SIGNATURES: dict[str, str] = {
     "sigfpe:torchrun": r"exitcode\s*:\s*-8\b",
     "sigfpe:interrupted": r"interrupted by signal 8: SIGFPE",
     "sigfpe:status": r"(?:exit|error|return)[ _]?(?:code|status)\s*[:=]?\s*-8\b|<Signals\.SIGFPE: 8>",
-    "sigfpe:shell": r"(?i:floating point exception)",  # bash's, and zsh's lower-case one
+    "sigfpe:shell": r"(?i:floating point exception)|浮点数?例外",  # bash's, zsh's lower-case one, and bash's in a Chinese locale
     "sigfpe:name": r"SIGFPE\b",
     # (also the loader's versioned form: `symbol cudaFreeAsync version libcudart.so.11.0 not defined in file`)
-    "import_abi:symbol": r"undefined(?: |%20)symbol:(?:\s|%20)*\S+|\bsymbol \S+ version \S+ not defined in file",
+    # (and as a user typed it, shortened, with a full-width colon, over a C++ name: `undefined sym：_ZN6caffe28TypeMeta…`)
+    "import_abi:symbol": r"undefined(?: |%20)symbol:(?:\s|%20)*\S+|\bsymbol \S+ version \S+ not defined in file|undefined sym(?:bol)?\s*[:：]\s*_Z\w{8,}",
     "import_abi:glibc": r"GLIBC_[0-9.]+['’`]?\s+not found",  # a quote as typed or as a forum rendered it
     "import_abi:glibcxx": r"GLIBCXX_[0-9.]+['’`]?\s+not found",
     "import_abi:cxxabi": r"CXXABI_[0-9.]+['’`]?\s+not found",
@@ -102,7 +103,8 @@ SIGNATURES: dict[str, str] = {
     "import_abi:cudnn_version": r"Loaded runtime CuDNN library: [\d.]+ but source was compiled with:? [\d.]+",
     # an architecture the installed transformers does not know: the probe's wording, then transformers' own
     "unknown_model:probe": r"model_type '[\w.-]+' \([^)]*\) is not known to transformers [\w.]+",
-    "unknown_model:auto": r"has model type `[\w.-]+` but Transformers does not recognize this architecture",
+    # (its backticks dropped where a page rendered them as code)
+    "unknown_model:auto": r"has model type [`'\"]?[\w.-]+[`'\"]? but Transformers does not recognize this architecture",
     # llama.cpp's loader (and ollama's, vLLM's GGUF path on it) not knowing the checkpoint's architecture: `error loading model
     # architecture: unknown model architecture: 'qwen3'`
     "unknown_model:gguf_arch": r"unknown model architecture: ['`]?[\w.-]+['`]?",
@@ -212,14 +214,20 @@ SIGNATURES: dict[str, str] = {
     "grad_lost:none_output": r"none\s+of\s+output\s+has\s+requires_grad=True",
     "grad_lost:none_inputs": r"None\s+of\s+the\s+inputs\s+have\s+requires_grad=True",
     # DDP's reducer: parameters of the model produced no gradient in the last step (unused in the loss)
-    "grad_lost:ddp_unused": r"Expected\s+to\s+have\s+finished\s+reduction\s+in\s+the\s+prior\s+iteration",
+    "grad_lost:ddp_unused": r"Expected\s+to\s+have\s+finished\s+reduction\s+in\s+the\s+prior\s+iteration"
+    r"|(?i:your\s+module\s+has\s+parameters\s+that\s+were\s+not\s+used\s+in\s+producing\s+(?:the\s+)?loss)",  # its second sentence alone
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
     "nan_loss:phrase": r"(?i:\b(?:loss(?:es)?|kl(?:[ _]divergence)?|the results?)\s+"
     r"(?:(?:always|still|often|then)\s+)?(?:is|are|became|becomes|was|were|went|goes|equals?|equal(?:ed|s)?\s+to|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:always\s+|still\s+)?(?:going\s+|getting\s+|turning\s+|becoming\s+)?(?:to\s+)?(?:nan|inf)\b"
     # `I got the following NaN loss`, and in Chinese (`loss为nan`, `loss变成了nan`)
     r"|\b(?:got|get|gets|getting|see|seeing|saw|encounter(?:s|ed)?|hit|shows?|showing|gives?|giving)\s+"
-    r"(?:an?\s+|the\s+(?:following\s+)?)?nan\s+loss(?:es)?\b)" + "|(?i:\\b(?:loss|损失)[^\\n，,。;；]{0,8}?(?:为|是|变成了?|变为|出现了?)\\s*(?:nan|inf)\\b)",
+    r"(?:an?\s+|the\s+(?:following\s+)?)?nan\s+loss(?:es)?\b"
+    # gradients told as NaN (`nan gradients in Lora Adapters`), and a loss printed as a NaN tensor with its loss's backward
+    # (`tensor(nan, device='cuda:1', dtype=torch.float16, grad_fn=<NllLossBackward0>)`)
+    r"|\b(?:nan|inf)\s+grad(?:ient)?s\b|\bgrad(?:ient)?s\s+(?:are|were|become|became)\s+(?:all\s+)?(?:nan|inf)\b"
+    r"|tensor\((?:nan|inf)\b[^\n)]{0,120}grad_fn=<\w*(?:Loss|Nll|Mse|Entropy)\w*Backward\d*>)"
+    + "|(?i:\\b(?:loss|损失)[^\\n，,。;；]{0,8}?(?:为|是|变成了?|变为|出现了?)\\s*(?:nan|inf)\\b)",
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
     "nan_loss:scale": r"(?i:loss scale already at minimum|minimum loss scale reached|cannot decrease (?:loss )?scale anymore"
@@ -381,7 +389,7 @@ SIGNATURES: dict[str, str] = {
     "error:hydra": r"Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace",
     # not an outcome: a package's statement of the range it needs (evidence for an API mismatch, read by evidence.py)
     "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"
-    r"|,\s+but\s+you\s+have\s+[\w.-]+\s+v?\d|you\s+have\s+(?:version\s+)?v?\d+\.\d+[\w.]*\s+installed"
+    r"|,\s+but\s+you(?:'ll|\s+will)?\s+have\s+[\w.-]+\s+v?\d|you\s+have\s+(?:version\s+)?v?\d+\.\d+[\w.]*\s+installed"
     r"|requires?\s+[A-Za-z][\w.-]*\s*[<>=!~]=?\s*\d[\w.]*,?\s+(?:but\s+)?got\s+v?\d"
     r"|is\s+installed\s+with\s+version\s+v?\d[\w.]*,?\s+which\s+is\s+(?:less|lower|older)\s+than\s+the\s+minimum"
     r"|distribution\s+was\s+not\s+found\s+and\s+is\s+required\s+by|\),\s+Requirement\.parse\("
@@ -580,7 +588,7 @@ def _alternation(names: tuple[str, ...], metrics: bool) -> _Alternation | None:
     # again with the structure left out, so nothing is missed)
     parts: list[tuple[str, bytes]] = [("struct", _STRUCT)] if "struct" in names else []
     if "code" in names:
-        parts.append(("code", errorcodes.TRIGGER.encode()))
+        parts.append(("code", errorcodes.trigger().encode()))
     if "stated" in names:
         parts.append(("stated", stated_pattern().encode()))
     if "shown" in names:

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion
 
-#: A release bound: a version, or the tuple a package's version compare prints (`(1, 3, 13, 0, 0, 0)`).
-_BOUND = r"(?:\d[\w.*]*|\(\d+(?:,\s*\d+)*\))"
-_TUPLE = re.compile(r"\((\d+(?:,\s*\d+)*)\)")
+#: A release bound: a version, or the tuple (or list) a package's version compare prints (`(1, 3, 13, 0, 0, 0)`, `[1, 3, 7]`).
+_BOUND = r"(?:\d[\w.*]*|\(\d+(?:,\s*\d+)*\)|\[\d+(?:,\s*\d+)*\])"
+_TUPLE = re.compile(r"[(\[](\d+(?:,\s*\d+)*)[)\]]")
 
 
 def _untuple(spec: str) -> str:
@@ -27,13 +27,14 @@ def _untuple(spec: str) -> str:
 
 
 #: A package's statement of what it needs and what it found, in the forms packages print it: pip's resolver (`trl 0.19.1
-#: requires transformers>=4.46.0, but you have transformers 4.44.2`), transformers' dependency check (`huggingface-hub>=0.34.0,
+#: requires transformers>=4.46.0, but you have transformers 4.44.2`; pip < 20.3: `has requirement …, but you'll have …`),
+#: transformers' dependency check (`huggingface-hub>=0.34.0,
 #: <1.0 is required for a normal functioning of this module, but found huggingface-hub==1.2.3`), a trainer's range (`supports
 #: vLLM versions from 0.22.0 to 0.31.0. You have 0.32.0`), an example's minimum version, and the plain `requires X>=N ... but ... N`.
 _RANGES = (
     re.compile(
-        r"(?P<who>[\w.-]+) v?[\d.]+\w* requires (?P<pkg>[\w.-]+)(?P<spec>[<>=!~]=?[^,\s]+(?:,[<>=!~]=?[^,\s]+)*), "
-        r"but you have (?:[\w.-]+ )?(?P<found>v?\d[\w.+]*)"
+        r"(?P<who>[\w.-]+) v?[\d.]+\w* (?:requires|has requirement) (?P<pkg>[\w.-]+)(?P<spec>[<>=!~]=?[^,\s]+(?:,[<>=!~]=?[^,\s]+)*), "
+        r"but you(?:'ll| will)? have (?:[\w.-]+ )?(?P<found>v?\d[\w.+]*)"
     ),
     re.compile(
         r"(?P<pkg>[\w.-]+)\s*(?P<spec>[<>=!~]=?\s*\d[\w.*]*(?:\s*,\s*[<>=!~]=?\s*\d[\w.*]*)*)\s+(?:is|are)\s+required\b"

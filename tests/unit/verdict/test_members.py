@@ -49,7 +49,7 @@ def test_a_remote_models_class_lacking_a_member_of_its_base_class_is_built_on_th
         error="AttributeError: 'ChatGLMForConditionalGeneration' object has no attribute 'warnings_issued'",
     )
     assert verdict(log) == "api_mismatch"
-    assert sides(log)[:2] == ("work (your code)", "transformers")
+    assert sides(log)[:2] == ("your code", "transformers")  # `/work/` names no project
     assert last_boundary(log.split("\n", 1)[1]).callee == ""  # without the stated release the log shows no transformers
 
 
@@ -81,7 +81,7 @@ def test_an_init_printed_without_its_class_refusing_a_keyword_only_one_stated_pa
     )
     assert verdict(log) == "api_mismatch"
     who, callee, _ = sides(log)
-    assert (who, callee) == ("work (your code)", "transformers")
+    assert (who, callee) == ("your code", "transformers")  # `/work/` names no project
     alone = _traceback(
         ("/work/run.py", 9, "main", "args = make_args(**cfg)"), error="TypeError: __init__() got an unexpected keyword argument 'evaluation_strategy'"
     )
