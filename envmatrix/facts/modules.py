@@ -112,6 +112,9 @@ LIBRARIES: frozenset[str] = frozenset(
         "torchdata", "tensordict", "torchrl", "stable_baselines3", "monai", "fastai", "pytorch3d", "open3d", "gsplat",
         "nerfstudio", "segmentation_models_pytorch", "speechbrain", "pyannote", "espnet", "gluonts", "xgboost", "lightgbm",
         "catboost", "statsmodels",
+        # deployment runtimes, TensorFlow's satellites and the agent frameworks over served models
+        "openvino", "coremltools", "executorch", "tensorflow_probability", "tf_keras", "langchain_core", "langchain_community",
+        "langchain_openai", "autogen", "crewai", "smolagents", "qwen_agent",
     }
 )  # fmt: skip
 

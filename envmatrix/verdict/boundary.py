@@ -75,6 +75,14 @@ _MODEL_KWARGS = re.compile(r"The following `?model_kwargs`? are not used by the 
 _SUBMODULE = re.compile(r"^(?:[A-Z]\w{0,60}:\s+){0,3}[Nn]o module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
 #: A package's own refusal of a name it removed (`` `np.float_` was removed in the NumPy 2.0 release``, `'HookedTransformer'
 #: was removed in TransformerLens 4.0`): the name, and the package as its release notes spell it.
+#: A library's own words that a use an earlier release allowed is refused now (torch: `Integer division of tensors using
+#: div or / is no longer supported`, `Legacy autograd function with non-static forward method is deprecated`, `invalid
+#: index of a 0-dim tensor. Use tensor.item()`, `torch.utils.ffi is deprecated. Please use cpp extensions instead.`).
+#: rules.txt reads it too (`{dropped}`).
+DROPPED = re.compile(
+    r"\b(?:is|are) no longer supported\b|\b(?:is|are|has been|have been) deprecated\.? Please use\b"
+    r"|^Legacy autograd function with non-static forward method is deprecated|^invalid index of a 0-dim tensor\. Use"
+)
 _REMOVED = re.compile(
     r"[`'‘’]?(?P<name>[A-Za-z_][\w.]*)[`'‘’]? (?:was|were|has been|have been|is) removed (?:in|since|as of|from) (?:the )?"
     r"(?P<pkg>[A-Za-z][\w-]*) v?\d"
@@ -112,7 +120,8 @@ class Boundary:
     """Both sides of the call an exception was raised at: what was called and what it lacked, the caller and the callee
     (distributions; `user` for the user's own code; '' where the log does not say), each with why."""
 
-    kind: str  # keyword, positional, attribute, import_name, submodule, default (a default the callee changed), range
+    kind: str  # keyword, positional, attribute, import_name, submodule, default (a default the callee changed), range,
+    # dropped (a use the callee's earlier releases allowed)
     name: str  # the called class or function, the object asked, or the module imported from
     member: str  # the keyword, attribute, or name imported ('' where the message names none)
     caller: str
@@ -316,6 +325,8 @@ def _called(raised: Raised) -> tuple[str, str, str, str] | None:
         return "attribute", module, m.group("name").rsplit(".", 1)[-1], module
     if any(t.endswith(("AttributeError", "ImportError")) for t in types) and (m := _MOVED.search(text)) and (module := _raiser(raised)):
         return "import_name", module, m.group("name"), module  # a name the installed release moved out (pydantic 2)
+    if DROPPED.search(text) and (module := _raiser(raised)):  # the library that refused names itself by its frame
+        return "dropped", module, text.split(". ")[0][:120], module
     if {"ImportError", "ModuleNotFoundError"} & set(types):
         if (m := _IMPORT.search(text)) and m.group("mod"):
             return "import_name", m.group("mod"), m.group("member"), m.group("mod")

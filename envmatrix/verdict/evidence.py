@@ -56,7 +56,7 @@ def _across(raised: Raised, scan: LogScan | None) -> str:
     if crossed is None or not crossed.crossed:
         return ""
     caller = crossed.who
-    verb = {"attribute": "asks", "import_name": "imports from", "submodule": "imports from", "range": "requires"}.get(crossed.kind, "calls")
+    verb = {"attribute": "asks", "import_name": "imports from", "submodule": "imports from", "range": "requires", "dropped": "uses"}.get(crossed.kind, "calls")
     return f"caller {caller}, callee {crossed.callee_who}: {caller} {verb} {crossed.callee_who}"
 
 

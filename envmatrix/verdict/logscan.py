@@ -118,6 +118,8 @@ SIGNATURES: dict[str, str] = {
     "missing_module:requires_pin": r"requires\s+`?[A-Za-z_][\w.-]*(?:[<>=!~]=?[\w.*]+)?`?\s*:\s*(?:[Pp]lease\s+)?(?:run|install)\s+`?pip install",
     "missing_module:metadata": r"No package metadata was found for\s+[A-Za-z_][\w.-]*",
     # Triton Inference Server's for a backend that is not installed in its backends folder
+    # the linker finding no library the build links (`/usr/bin/ld: cannot find -lnvinfer`): that library is not installed
+    "missing_module:linker": r"\bld(?:\.\w+)?: (?:cannot find|找不到) -l[\w+.-]+",  # (and in a Chinese locale)
     "missing_module:backend": r"unable to find backend library for backend '[\w.-]+'",
     "missing_module:seems_not_installed": r"package\s+`?[A-Za-z_][\w.-]*`?\s+seems\s+to\s+be\s+not\s+installed",
     "missing_module:not_installed": r"`?[A-Za-z_][\w.-]*`?\s+is\s+not\s+installed\.?\s+Please\s+install",
@@ -226,7 +228,9 @@ SIGNATURES: dict[str, str] = {
     # gradients told as NaN (`nan gradients in Lora Adapters`), and a loss printed as a NaN tensor with its loss's backward
     # (`tensor(nan, device='cuda:1', dtype=torch.float16, grad_fn=<NllLossBackward0>)`)
     r"|\b(?:nan|inf)\s+grad(?:ient)?s\b|\bgrad(?:ient)?s\s+(?:are|were|become|became)\s+(?:all\s+)?(?:nan|inf)\b"
-    r"|tensor\((?:nan|inf)\b[^\n)]{0,120}grad_fn=<\w*(?:Loss|Nll|Mse|Entropy)\w*Backward\d*>)"
+    r"|tensor\((?:nan|inf)\b[^\n)]{0,120}grad_fn=<\w*(?:Loss|Nll|Mse|Entropy)\w*Backward\d*>"
+    # a loss or gradient norm told going NaN after a value (`grad_norm at that point is 3.3 million, then NaN`), a NaN error
+    r"|\b(?:loss|grad[_ ]norm)\b[^\n]{0,60}?,?\s+then\s+(?:to\s+)?(?:nan|inf)\b|\b(?:problem|issue) (?:of|with) nan\b|\bthen the nan error\b)"
     + "|(?i:\\b(?:loss|损失)[^\\n，,。;；]{0,8}?(?:为|是|变成了?|变为|出现了?)\\s*(?:nan|inf)\\b)",
     "nan_loss:anomaly": r"returned nan values in its \d+\w* output",  # autograd's anomaly mode
     # fp16 dynamic loss scaling gave up: every step overflows (the loss is inf)
@@ -380,12 +384,16 @@ SIGNATURES: dict[str, str] = {
     "error:model_load": r"llama_(?:init_from_file|load_model_from_file|model_load):\s*(?:failed to load model|error loading model)",
     # Slurm's refusal to start the job's tasks (`srun: error: Task launch for 36.0 failed on node cn131: Job credential
     # expired`, `srun: error: Unable to create step for job 123: …`): the run never started
-    "error:srun": r"srun: error: (?:Task launch for \S+ failed on node|Unable to (?:create step|allocate resources))",
+    # (and sbatch's refusal of the job itself: `sbatch: error: Batch job submission failed: Requested time limit is invalid`)
+    "error:srun": r"srun: error: (?:Task launch for \S+ failed on node|Unable to (?:create step|allocate resources))"
+    r"|sbatch: error: Batch job submission failed",
     # a build that failed: torch's extension builder refusing a CUDA toolkit other than torch's own (`The detected CUDA version
     # (11.8) mismatches the version that was used to compile PyTorch (12.4)`), pip's summary of wheels it could not build
     "error:build": r"The detected CUDA version \([\w.]+\) mismatches the version that was used to compile\s+PyTorch"
     r"|ERROR: Failed to build installable wheels for some pyproject\.toml based projects"
-    r"|ERROR: Could not build wheels for [\w.,\s-]{1,200}?which (?:is|are) required to install pyproject\.toml-based projects",
+    r"|ERROR: Could not build wheels for [\w.,\s-]{1,200}?which (?:is|are) required to install pyproject\.toml-based projects"
+    # and pip finding no release to install at all (`ERROR: No matching distribution found for flashinfer-python`)
+    r"|ERROR: (?:No matching distribution found for|Could not find a version that satisfies the requirement) \S+",
     "error:hydra": r"Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace",
     # not an outcome: a package's statement of the range it needs (evidence for an API mismatch, read by evidence.py)
     "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"

@@ -74,7 +74,7 @@ def _side(b: Boundary, versions: Mapping[str, str]) -> str:
     return f"{name} {versions[name]}" if name in versions else name or "the calling code"
 
 
-_BASE = {"has": "have", "takes": "take"}
+_BASE = {"has": "have", "takes": "take", "allows": "allow"}
 
 
 def _of(dist: str) -> str:
@@ -88,7 +88,7 @@ def sentence(b: Boundary, versions: Mapping[str, str], first_bad: str | None = N
     `first_bad`: the callee's first release that fails (bisect's), where known."""
     caller = _side(b, versions)
     who = b.who or "the calling code"
-    if b.kind in ("import_name", "submodule"):
+    if b.kind in ("import_name", "submodule", "dropped"):
         owner = b.name
     elif b.callee:
         owner = f"{_of(b.callee_who)} {b.name}"
@@ -106,6 +106,8 @@ def sentence(b: Boundary, versions: Mapping[str, str], first_bad: str | None = N
             ask, verb = f"{caller} imports `{b.member}` from {owner}", "has"
         case "range":
             ask, verb = f"{caller} needs {b.name}{b.member}", "has"
+        case "dropped":
+            ask, verb = f"{caller} uses {owner} as an earlier release allowed (`{b.member}`)", "allows"
         case "default":
             ask, verb = f"{caller} calls {owner}() relying on its earlier default for `{b.member}`", "has"
         case _:

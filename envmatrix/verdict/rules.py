@@ -120,6 +120,7 @@ VOCABULARY: dict[str, Callable[[], str]] = {
         r"|(?:unsupported|newer) (?:ptx )?toolchain|requires? a newer (?:cuda |nvidia )?driver"
     ),
     "compiled_module": lambda: COMPILED_MODULE,
+    "dropped": lambda: boundary.DROPPED.pattern,
     "not_installed": lambda: (
         r"(?:is|are) not installed|not installed\b|(?:is|are) not available|could not be (?:found|imported)|not found in your envir"
         r"|no module named|please install|\bpip3? install|conda install|requires the \S+ (?:library|package)"

@@ -147,3 +147,31 @@ def test_more_words_of_known_failures() -> None:
 def test_a_mounted_folder_names_no_project() -> None:
     assert project_of("/workspace/examples/datapipe.py") == ""
     assert project_of("/home/me/open-r1/src/open_r1/grpo.py") == "open-r1"
+
+
+def test_a_use_the_installed_release_refuses_in_its_own_words_is_a_mismatch_with_it() -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "build.py", line 3, in <module>\n'
+        "    from torch.utils.ffi import create_extension\n"
+        f'  File "{SITE}/torch/utils/ffi/__init__.py", line 1, in <module>\n'
+        '    raise ImportError("torch.utils.ffi is deprecated. Please use cpp extensions instead.")\n'
+        "ImportError: torch.utils.ffi is deprecated. Please use cpp extensions instead.\n"
+    )
+    assert verdict(log) == "api_mismatch"
+    found = crossed(log)
+    assert (found.kind, found.caller, found.callee) == ("dropped", "user", "torch")
+    assert verdict("RuntimeError: Integer division of tensors using div or / is no longer supported, and in a future release\n") == "api_mismatch"
+    # the same words in a warning are no failure
+    assert verdict("UserWarning: torch.utils._pytree._register_pytree_node is deprecated. Please use register_pytree_node\n") != "api_mismatch"
+
+
+def test_failures_of_the_scheduler_the_installer_and_the_linker() -> None:
+    assert verdict("sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some limit)\n") == "error"
+    assert verdict("ERROR: Could not find a version that satisfies the requirement flashinfer-python (from versions: none)\n") == "error"
+    assert verdict("/usr/bin/ld: cannot find -lnvinfer\ncollect2: error: ld returned 1 exit status\n") == "missing_module"
+
+
+def test_nan_told_after_a_value() -> None:
+    assert verdict("- `grad_norm` at that point is 3.3 million, then NaN.\n") == "nan_loss"
+    assert verdict("But I face a problem of Nan error. The backbone is BERT.\n") == "nan_loss"
