@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import posixpath
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -482,11 +483,12 @@ def of(
         elif where := _site_path(module, raised):
             callee = module_owner(module)
             resolved = Resolved(callee, f"{module} is an installed package's module ({where}), one the name index does not cover", (callee,))
-        elif importer := _installed_importer(module, frames, dists):
-            callee = module_owner(module)
-            resolved = Resolved(
-                callee, f"{module} is imported by {importer}, installed code: an installed package's module, one the name index does not cover", (callee,)
-            )
+        elif kind in ("import_name", "submodule") and (importer := _installed_importer(module, frames, dists)):
+            if module.split(".")[0] in sys.stdlib_module_names:  # the interpreter's own library, of another Python release
+                callee, what = "python", "Python's standard library"
+            else:
+                callee, what = module_owner(module), "an installed package's module, one the name index does not cover"
+            resolved = Resolved(callee, f"{module} is imported by {importer}, installed code: {what}", (callee,))
         else:
             resolved = Resolved("", f"{module} is no installed package's module the name index knows (the user's own, perhaps)")
     else:

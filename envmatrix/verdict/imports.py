@@ -48,9 +48,10 @@ class Missing:
         return distribution(self.module)
 
 
-#: A package's own compiled module, by the names extensions take (`vllm._C`, `mmcv._ext`, `tensorrt_llm.bindings`):
-#: missing, it was never built (a source checkout, a broken install), not moved by a release. rules.txt reads it too.
-COMPILED_MODULE = r"_\w*(?:C|_?ext|cuda|kernels?|ops|cpp)|_?bindings"
+#: A package's own module made when it is built: compiled, by the names extensions take (`vllm._C`, `mmcv._ext`,
+#: `tensorrt_llm.bindings`), or written by the build (setuptools-scm's `vllm._version`): missing, it was never built (a
+#: source checkout, a broken install), not moved by a release. rules.txt reads it too.
+COMPILED_MODULE = r"_\w*(?:C|_?ext|cuda|kernels?|ops|cpp)|_?bindings|_version"
 
 
 def read_missing(line: str, context: Sequence[str] = ()) -> Missing | None:

@@ -175,3 +175,24 @@ def test_failures_of_the_scheduler_the_installer_and_the_linker() -> None:
 def test_nan_told_after_a_value() -> None:
     assert verdict("- `grad_norm` at that point is 3.3 million, then NaN.\n") == "nan_loss"
     assert verdict("But I face a problem of Nan error. The backbone is BERT.\n") == "nan_loss"
+
+
+def test_a_packages_build_written_version_module_missing_is_an_install_not_built() -> None:
+    assert verdict("ModuleNotFoundError: No module named 'vllm._version'\n") == "missing_module"
+
+
+def test_an_installed_packages_import_from_the_standard_library_is_pythons() -> None:
+    log = _import_trace(
+        f"{SITE}/colossalai/nn/layer/dropout.py",
+        "from contextlib import nullcontext",
+        "ImportError: cannot import name 'nullcontext'",
+    )
+    assert sides(log)[:2] == ("colossalai", "python")
+    # a module an installed package loads at run time and asks for a member is no distribution it imports
+    asked = (
+        "Traceback (most recent call last):\n"
+        f'  File "{SITE}/unsloth/models/rl.py", line 812, in _patch_trl_rl_trainers\n'
+        "    trainer = getattr(created_module, f'Unsloth{trainer_name}')\n"
+        "AttributeError: module 'UnslothIterativeSFTTrainer' has no attribute 'UnslothIterativeSFTTrainer'\n"
+    )
+    assert crossed(asked).callee != "unslothiterativesfttrainer"
