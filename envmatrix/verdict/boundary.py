@@ -28,7 +28,7 @@ from ..facts.modules import KNOWN_IMPORTS, SPELLINGS, known_import
 from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, imports_from, index, misspelt, module_owner, requires, resolve, users
 from .ranges import MESSAGE_LINES, Range, in_message
 from .stated import Shown, Stated, closing, dist_of
-from .tracebacks import LAZY, Frame, Raised, own_checkout
+from .tracebacks import LAZY, Frame, Raised
 
 _KEYWORD = re.compile(
     r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:got an unexpected keyword argument ['‘’](?P<member>\w+)['‘’]|"
@@ -74,8 +74,6 @@ _WEIGHTS_ONLY = re.compile(r"^Weights only load failed\b")
 _UNPICKLED = re.compile(r"^Can't get attribute '(?P<member>\w+)' on <?module '(?P<mod>[A-Za-z_][\w.]*)'")
 _MODEL_KWARGS = re.compile(r"The following `?model_kwargs`? are not used by the model: \[['\"](?P<member>\w+)")
 _SUBMODULE = re.compile(r"^(?:[A-Z]\w{0,60}:\s+){0,3}[Nn]o module named ['‘’]?(?P<mod>[A-Za-z_]\w*(?:\.\w+)+)['‘’]?")
-#: A package's own refusal of a name it removed (`` `np.float_` was removed in the NumPy 2.0 release``, `'HookedTransformer'
-#: was removed in TransformerLens 4.0`): the name, and the package as its release notes spell it.
 #: A library's own words that a use an earlier release allowed is refused now (torch: `Integer division of tensors using
 #: div or / is no longer supported`, `Legacy autograd function with non-static forward method is deprecated`, `invalid
 #: index of a 0-dim tensor. Use tensor.item()`, `torch.utils.ffi is deprecated. Please use cpp extensions instead.`).
@@ -84,6 +82,8 @@ DROPPED = re.compile(
     r"\b(?:is|are) no longer supported\b|\b(?:is|are|has been|have been) deprecated\.? Please use\b"
     r"|^Legacy autograd function with non-static forward method is deprecated|^invalid index of a 0-dim tensor\. Use"
 )
+#: A package's own refusal of a name it removed (`` `np.float_` was removed in the NumPy 2.0 release``, `'HookedTransformer'
+#: was removed in TransformerLens 4.0`): the name, and the package as its release notes spell it.
 _REMOVED = re.compile(
     r"[`'‘’]?(?P<name>[A-Za-z_][\w.]*)[`'‘’]? (?:was|were|has been|have been|is) removed (?:in|since|as of|from) (?:the )?"
     r"(?P<pkg>[A-Za-z][\w-]*) v?\d"
@@ -386,12 +386,6 @@ def _site_path(module: str, raised: Raised) -> str:
             rest = re.split(r"[/\\]", text[m.end() :], maxsplit=1)
             if rest[0] in (top, f"{top}.py"):
                 return text[m.start() + 1 :].split(")")[0].strip()
-    # or a source checkout of the package, installed from its repository's folder (`/opt/monai/monai/transforms/__init__.py`)
-    shown = re.search(r"\(([^()\n]*[/\\]" + re.escape(top) + r"[/\\][^()\n]*)\)", raised.value.split("\n", 1)[0])
-    if shown:
-        parts = [p for p in re.split(r"[/\\]+", shown.group(1)) if p]
-        if any(p == top and own_checkout(parts, i) for i, p in enumerate(parts)):
-            return shown.group(1).strip()
     return ""
 
 

@@ -169,7 +169,7 @@ def _frames(raised: Raised, attr: str) -> list[str]:
 @lru_cache(maxsize=256)
 def _boundary_flags(raised: Raised) -> tuple[str, ...]:
     """`error.boundary`'s values for one exception: its side (none, own, crossed, unknown) and what the boundary is
-    (indexed, uncovered, private, misspelt, unrelated). Read once per exception, however many rules ask (boundary.of is
+    (indexed, uncovered, private, misspelt, unrelated, self). Read once per exception, however many rules ask (boundary.of is
     the costly part of judging it)."""
     crossed = boundary.of(raised)
     side = "none" if crossed is None else "own" if crossed.own else "crossed" if crossed.crossed else "unknown"

@@ -347,7 +347,7 @@ def frame_of(path: str, line: int | None, function: str) -> Frame:
         if _STDLIB.search(path):
             return Frame(path, line, function, "python", _module(parts[-1:]))
         for i in range(len(parts) - 2, -1, -1):
-            if (stack_package(parts[i]) or own_checkout(parts, i)) and parts[i + 1] not in _CHECKOUT_SCRIPTS:
+            if (stack_package(parts[i]) or _own_checkout(parts, i)) and parts[i + 1] not in _CHECKOUT_SCRIPTS:
                 at = _outermost(parts, i)
                 package, module_parts = parts[at], parts[at:]
                 break
@@ -357,12 +357,12 @@ def frame_of(path: str, line: int | None, function: str) -> Frame:
     return Frame(path, line, function, distribution(top), _module(module_parts))
 
 
-def own_checkout(parts: list[str], at: int, *, known: bool = True) -> bool:
+def _own_checkout(parts: list[str], at: int) -> bool:
     """A known package's folder inside its own repository's checkout (`/workspace/AutoGPTQ/auto_gptq/…`,
     `/content/mmsegmentation/mmseg/…`): the folder above names the package (its letters, any case, `-main` and
-    `-master` of a downloaded archive aside), so the code is that package's, run from source, not the user's. `known`:
-    only a package the facts know (for frames: a user's `myproj/myproj/` stays the user's)."""
-    if at == 0 or (known and not known_import(parts[at])) or len(parts[at]) < 4:
+    `-master` of a downloaded archive aside), so the code is that package's, run from source, not the user's (a user's
+    `myproj/myproj/` stays the user's: only a package the facts know)."""
+    if at == 0 or not known_import(parts[at]) or len(parts[at]) < 4:
         return False
     above = re.sub(r"[-_.]", "", re.sub(r"-(?:main|master)$", "", parts[at - 1])).lower()
     names = {re.sub(r"[-_.]", "", n).lower() for n in (parts[at], distribution(parts[at]))}
