@@ -345,6 +345,9 @@ SIGNATURES: dict[str, str] = {
     # prose: `the response is gibberish`, `（乱码循环）`); decides only where nothing else does
     "notice:said_garbled": r"(?i:\bgibberish\b|\bgarbled (?:output|text|tokens?|characters?|responses?|replies|answers?|generations?)\b"
     r"|(?:output|text|responses?|replies|answers?|generations?|completions?) (?:is|are|was|were|becomes?|became) (?:garbled|gibberish|garbage)\b"
+    # (with words between and an adverb: `output tokens are completely garbled`, `the output generated is nonsensical`)
+    r"|\b(?:outputs?|responses?|replies|answers?|generations?|completions?)(?:\s+\w+){0,2}?\s+(?:is|are|was|were|became|becomes?)\s+"
+    r"(?:completely\s+|totally\s+|entirely\s+|mostly\s+|all\s+)?(?:garbled|gibberish|garbage|nonsensical|meaningless|incoherent|corrupted)\b"
     r"|\bgarbled\s*/\s*\w+ (?:output|text|tokens?|responses?|answers?)\b"
     r"|\bgarbage (?:output|text|tokens?|characters?)\b|乱码|胡言乱语|胡乱回答|乱回答|答非所问|回答重复|重复回答|无限重复|重复输出"
     # the same told in other words: nonsense, or a reply repeating itself
@@ -404,7 +407,10 @@ SIGNATURES: dict[str, str] = {
     r"|==\s*v?\d[\w.]*\s+is\s+(?:used|installed)\s*,?\s+but\s+(?:it\s+is\s+)?incompatible|,?\s+but\s+this\s+version\s+of\s+[\w.-]+\s+requires\s"
     r"|incompatible\s+version\s+of\s+[\w.-]+\.?\s+Found\s+version|\s+is\s+(?:newer|older)\s+than\s+and\s+incompatible\s+with\s"
     r"|installed\s+version\s+of\s+[\w.-]+\s+is\s[^\n]{1,40}\s+not\s+(?:yet\s+)?supported\s+(?:in|by)\s|(?:not|in)\s?compatible\s+with\s+[\w.-]+\s*[<>]=?\s*\d"
-    r"|Found\s+cu[A-Za-z]+\s+version\s+\d+,?\s+but\s+\w+\s+was\s+built\s+against)",
+    r"|Found\s+cu[A-Za-z]+\s+version\s+\d+,?\s+but\s+\w+\s+was\s+built\s+against"
+    # (JAX's block over several lines, read whole: `Outdated cuDNN installation found.` … `Installed version: 8907`)
+    r"|Outdated\s+(?:cuDNN|cuBLAS|cuSPARSE|cuFFT|cuSOLVER|NCCL)\s+installation\s+found\.?\s*(?:Version\s+\w+\s+was\s+built\s+against:\s*\d+\s+)?"
+    r"Minimum\s+supported:\s*\d+\s+Installed\s+version:\s*\d+)",
 }
 # Facts a remedy names (the cuBLAS version loaded, the sampling and group settings, the model and attention);
 # the value is the group named VALUE, or the matched text for a fact that is a presence.

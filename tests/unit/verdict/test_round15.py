@@ -196,3 +196,14 @@ def test_an_installed_packages_import_from_the_standard_library_is_pythons() -> 
         "AttributeError: module 'UnslothIterativeSFTTrainer' has no attribute 'UnslothIterativeSFTTrainer'\n"
     )
     assert crossed(asked).callee != "unslothiterativesfttrainer"
+
+
+def test_garbled_output_told_with_words_between() -> None:
+    assert verdict("the model runs at normal speed, but output tokens are completely garbled.\n") == "garbled_output"
+    assert verdict("However, the output generated is nonsensical and consists only of repetitive characters\n") == "garbled_output"
+    assert verdict("because every response was corrupted.\n") == "garbled_output"
+
+
+def test_jaxs_outdated_library_block_read_whole_is_a_range() -> None:
+    log = "Outdated cuDNN installation found.\nVersion JAX was built against: 8907\nMinimum supported: 9100\nInstalled version: 8907\n"
+    assert verdict(log) == "api_mismatch"
