@@ -30,6 +30,7 @@ from .garble import garbled
 from .imports import read_missing
 from .imports import remedy as missing_remedy
 from .logscan import LogScan
+from .stated import dist_of
 
 
 @dataclass(frozen=True)
@@ -290,7 +291,7 @@ _SIGNAL_NAMED = re.compile(r"SIG(?:SEGV|BUS|ILL|KILL|FPE)|[Ss]ignal:? (?:4|7|8|9
 
 
 #: logscan's signatures of a run that failed without raising (llama.cpp's `failed to load model`, Slurm's launch refusal).
-_ERROR_SAID = ("error:model_load", "error:srun", "error:build")
+_ERROR_SAID = ("error:model_load", "error:srun", "error:build", "error:cli")
 
 
 def _error(f: RunFacts) -> str | None:
@@ -342,6 +343,8 @@ def _api_mismatch(f: RunFacts) -> str | None:
     hit = f.scan.first(Outcome.API_MISMATCH)  # a known mismatch the engines' table names (facts/enginefailures.py)
     if hit is not None:
         return hit.quote() + said
+    if (cli := _cli_refused(f)) is not None:
+        return cli
     last = evidence.last_exception(f.scan)
     if last is not None and last.outcome in (Outcome.ERROR, Outcome.ENGINE_ERROR):
         packages = {fr.package for fr in last.raised.frames}
@@ -353,6 +356,18 @@ def _api_mismatch(f: RunFacts) -> str | None:
     if last is None and stated_line is not None and ranges and ranges[0].violated and _ok_evidence(f) is None:
         return f"{stated_line.quote()} ({ranges[0].text()})"
     return None
+
+
+def _cli_refused(f: RunFacts) -> str | None:
+    """An installed distribution's command refusing an option or subcommand (`vllm serve: error: unrecognized arguments:
+    --enable-reasoning`): that release's command line does not take what the command was written for (another release's
+    options, or documentation ahead of the installed release). A script of the user's refusing one is the code's own error."""
+    hit = f.scan.hits.get("error:cli")
+    if hit is None or evidence.last_exception(f.scan) is not None:
+        return None
+    program = hit.line.split(": error:", 1)[0].split() if ": error:" in hit.line else []
+    dist = dist_of(program[0]) if program else ""
+    return f"{hit.quote()} (the installed {dist}'s command line does not take it)" if dist else None
 
 
 def _dist(name: str) -> str:

@@ -397,6 +397,10 @@ SIGNATURES: dict[str, str] = {
     r"|ERROR: Could not build wheels for [\w.,\s-]{1,200}?which (?:is|are) required to install pyproject\.toml-based projects"
     # and pip finding no release to install at all (`ERROR: No matching distribution found for flashinfer-python`)
     r"|ERROR: (?:No matching distribution found for|Could not find a version that satisfies the requirement) \S+",
+    # argparse refusing the command line (`vllm serve: error: unrecognized arguments: --enable-reasoning`, `litgpt: error:
+    # argument subcommand: invalid choice: 'finetune_lora'`): the program never ran; classify.py names it an API mismatch
+    # where the program is an installed distribution's command (its release does not take what the command was written for)
+    "error:cli": r"(?m)^[ \t]*(?:[\w.-]+(?:[ \t]+[a-z][\w-]*)?: )?error: (?:unrecognized arguments:|argument [^\n:]{1,80}: invalid choice:)",
     "error:hydra": r"Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace",
     # not an outcome: a package's statement of the range it needs (evidence for an API mismatch, read by evidence.py)
     "evidence:range": r"(?i:supports?\s+[\w.-]+\s+versions?\b|(?:is|are)\s+required\s+for\s+a\s+normal\s+functioning"

@@ -207,3 +207,12 @@ def test_garbled_output_told_with_words_between() -> None:
 def test_jaxs_outdated_library_block_read_whole_is_a_range() -> None:
     log = "Outdated cuDNN installation found.\nVersion JAX was built against: 8907\nMinimum supported: 9100\nInstalled version: 8907\n"
     assert verdict(log) == "api_mismatch"
+
+
+def test_an_installed_commands_refused_option_is_its_release_and_a_scripts_is_the_codes_error() -> None:
+    log = "usage: vllm serve <model_tag> [options]\nvllm serve: error: unrecognized arguments: --enable-reasoning\n"
+    assert verdict(log) == "api_mismatch"
+    assert verdict("usage: torchrun [-h]\ntorchrun: error: argument --rdzv-backend: invalid choice: 'x'\n") == "api_mismatch"
+    # the user's own script refusing an option is no release at odds, but the run still failed
+    assert verdict("usage: train.py [-h] [--lr LR]\ntrain.py: error: unrecognized arguments: --epochs 3\n") == "error"
+    assert verdict("usage: mytool [-h]\nerror: argument subcommand: invalid choice: 'finetune_lora'\n") == "error"
