@@ -28,7 +28,7 @@ from ..facts.modules import KNOWN_IMPORTS, SPELLINGS, known_import
 from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, imports_from, index, misspelt, module_owner, requires, resolve, users
 from .ranges import MESSAGE_LINES, Range, in_message
 from .stated import Shown, Stated, closing, dist_of
-from .tracebacks import LAZY, Frame, Raised
+from .tracebacks import LAZY, Frame, Raised, unarchived
 
 _KEYWORD = re.compile(
     r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:got an unexpected keyword argument ['‘’](?P<member>\w+)['‘’]|"
@@ -211,7 +211,7 @@ def project_of(path: str) -> str:
         return repo[-1] if repo and re.fullmatch(r"[\w.+-]{2,80}", repo[-1]) else ""
     twice = [a for a, b in itertools.pairwise(parts[:-1]) if canonical(a) == canonical(b) and a.lower() not in _NOT_PROJECTS]
     if twice and re.fullmatch(r"[\w.+-]{2,80}", twice[-1]):  # a checkout holding its same-named package (`X/X/llm/train.py`)
-        return re.sub(r"-(?:main|master)$", "", twice[-1])
+        return unarchived(twice[-1])
     if "src" in parts[:-1] and parts.index("src") > 0:
         name = parts[parts.index("src") - 1]
     else:
@@ -220,7 +220,7 @@ def project_of(path: str) -> str:
         name = folders[at - 1] if at else ""
     if name.lower() in _NOT_PROJECTS:  # `/workspace/examples/x.py`: the folder a container mounts names no project
         return ""
-    return re.sub(r"-(?:main|master)$", "", name) if re.fullmatch(r"[\w.+-]{2,80}", name) else ""
+    return unarchived(name) if re.fullmatch(r"[\w.+-]{2,80}", name) else ""
 
 
 def _dist(frame: Frame) -> str:

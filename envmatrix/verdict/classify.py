@@ -343,9 +343,9 @@ def _api_mismatch(f: RunFacts) -> str | None:
     hit = f.scan.first(Outcome.API_MISMATCH)  # a known mismatch the engines' table names (facts/enginefailures.py)
     if hit is not None:
         return hit.quote() + said
-    if (cli := _cli_refused(f)) is not None:
-        return cli
     last = evidence.last_exception(f.scan)
+    if last is None and (cli := _cli_refused(f)) is not None:
+        return cli
     if last is not None and last.outcome in (Outcome.ERROR, Outcome.ENGINE_ERROR):
         packages = {fr.package for fr in last.raised.frames}
         for stated in ranges:
@@ -361,11 +361,13 @@ def _api_mismatch(f: RunFacts) -> str | None:
 def _cli_refused(f: RunFacts) -> str | None:
     """An installed distribution's command refusing an option or subcommand (`vllm serve: error: unrecognized arguments:
     --enable-reasoning`): that release's command line does not take what the command was written for (another release's
-    options, or documentation ahead of the installed release). A script of the user's refusing one is the code's own error."""
+    options, or documentation ahead of the installed release). A script of the user's refusing one is the code's own error.
+    Read only where the log raised no exception (the caller checks)."""
     hit = f.scan.hits.get("error:cli")
-    if hit is None or evidence.last_exception(f.scan) is not None:
+    if hit is None:
         return None
-    program = hit.line.split(": error:", 1)[0].split() if ": error:" in hit.line else []
+    said, told, _ = hit.line.partition(": error:")
+    program = said.split() if told else []
     dist = dist_of(program[0]) if program else ""
     return f"{hit.quote()} (the installed {dist}'s command line does not take it)" if dist else None
 

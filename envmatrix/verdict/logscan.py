@@ -148,7 +148,7 @@ SIGNATURES: dict[str, str] = {
     # vLLM's and torch's bf16 refusal, in any case (a log pasted lower-cased)
     # (and any feature's: Triton's `f8e4m3nv is only supported on compute capability >= 90`; an application's `FP8 models
     # require a GPU with Compute Capability 8.9 or higher`)
-    "unsupported_gpu:bf16_cc": r"(?i:(?:bfloat16|bf16|fp8|float8|\w+)\s+(?:is|are)\s+only\s+supported\s+on\s+"
+    "unsupported_gpu:bf16_cc": r"(?i:\w+\s+(?:is|are)\s+only\s+supported\s+on\s+"
     r"(?:(?:gpus|devices)\s+with\s+)?compute\s+capability)"
     r"|(?i:\brequires?\s+(?:an?\s+)?(?:nvidia\s+)?(?:gpu|device)s?\s+with\s+(?:a\s+)?compute\s+capability\s+(?:of\s+)?(?:at\s+least\s+|>=?\s*)?\d+(?:\.\d+)?"
     r"(?:\s+or\s+(?:higher|above|newer|later))?)",

@@ -357,6 +357,11 @@ def frame_of(path: str, line: int | None, function: str) -> Frame:
     return Frame(path, line, function, distribution(top), _module(module_parts))
 
 
+def unarchived(folder: str) -> str:
+    """A checkout's folder without the suffix a downloaded archive of a branch adds (`LLaMA-Factory-main` → `LLaMA-Factory`)."""
+    return re.sub(r"-(?:main|master)$", "", folder)
+
+
 def _own_checkout(parts: list[str], at: int) -> bool:
     """A known package's folder inside its own repository's checkout (`/workspace/AutoGPTQ/auto_gptq/…`,
     `/content/mmsegmentation/mmseg/…`): the folder above names the package (its letters, any case, `-main` and
@@ -364,7 +369,7 @@ def _own_checkout(parts: list[str], at: int) -> bool:
     `myproj/myproj/` stays the user's: only a package the facts know)."""
     if at == 0 or not known_import(parts[at]) or len(parts[at]) < 4:
         return False
-    above = re.sub(r"[-_.]", "", re.sub(r"-(?:main|master)$", "", parts[at - 1])).lower()
+    above = re.sub(r"[-_.]", "", unarchived(parts[at - 1])).lower()
     names = {re.sub(r"[-_.]", "", n).lower() for n in (parts[at], distribution(parts[at]))}
     return any(above == n or above.startswith(n) for n in names)
 
