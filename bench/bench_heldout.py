@@ -76,16 +76,20 @@ def same(said: str, expected: str, *, own_project: bool = False) -> bool:
     """One side as the reader wrote it (`your code`, `user`, a distribution or import name, `a or b`) and the verdict's.
     `own_project`: a caller the verdict calls `your code` counts as the reader's name for it when that name is no
     distribution the name index knows (a project run from its own checkout: the log shows a path, not a package)."""
-    names = {canonical(n.strip()) for n in expected.split("(")[0].replace(" or ", "/").replace(",", "/").split("/") if n.strip()}
+
+    def norm(name: str) -> str:
+        return canonical(name.strip()).replace(" ", "-")
+
+    names = {norm(n) for n in expected.split("(")[0].replace(" or ", "/").replace(",", "/").split("/") if n.strip()}
     names |= {n.replace("-", "") for n in names}  # `LLaMA-Factory` is llamafactory's repository name
-    names |= {"your-code"} if names & {"user", "user-code", "your-code", "script"} else set()
+    names |= {"your-code"} if names & {"user", "user-code", "user-script", "your-code", "script"} else set()
     if said.endswith(" (your code)"):  # the user's project, named by its path
-        if canonical(said.removesuffix(" (your code)")) in names:
+        if norm(said.removesuffix(" (your code)")) in names:
             return True
         said = "your code"
     if own_project and said == "your code" and names and not names & (set(index().releases) | {canonical(n) for n in STACK}):
         return True
-    return canonical(said or "-") in names or canonical(said or "-").replace("-", "") in names or (not said and not names)
+    return norm(said or "-") in names or norm(said or "-").replace("-", "") in names or (not said and not names)
 
 
 def score_sides(folder: Path) -> list[tuple[str, tuple[str, str], tuple[str, str]]]:

@@ -221,8 +221,9 @@ def installed(name: str) -> str:
     return version(name).split("+")[0]
 
 
-def write_matrix(folder: Path) -> Path:
-    """The cpu profile's shape, 2 environments × 2 scenarios, 2 shards on partition cpu-a, the report on cpu-b."""
+def write_matrix(folder: Path, steps: int = 4) -> Path:
+    """The cpu profile's shape, 2 environments × 2 scenarios, 2 shards on partition cpu-a, the report on cpu-b.
+    `steps`: the training scenario's steps (about 0.1 s each here), to keep a shard running long enough to be killed."""
     data: dict[str, Any] = {
         "version": 1,
         "profiles": {
@@ -236,7 +237,7 @@ def write_matrix(folder: Path) -> Path:
                 "scheduler": {"throttle": 2, "report_partition": "cpu-b", "gpus": {"cpu": {"shards": 2, "partition": "cpu-a"}}},
             }
         },
-        "scenarios": {"fp32-sdpa": {}, "ctl-zero-grad": {"temperature": 0.01, "top_p": 0.001, "expect": "zero_grad"}},
+        "scenarios": {"fp32-sdpa": {"steps": steps}, "ctl-zero-grad": {"temperature": 0.01, "top_p": 0.001, "expect": "zero_grad"}},
     }
     path = folder / "matrix.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -282,7 +283,8 @@ def test_arrays_run_every_cell_and_the_report_job_merges_them(slurm: dict[str, s
 
 
 def test_a_killed_task_is_completed_by_resubmitting_only_its_cells(slurm: dict[str, str], tmp_path: Path) -> None:
-    write_matrix(tmp_path)
+    # 80 steps: with 4, a shard whose venvs were cached finished both cells before scancel landed (seen once in CI)
+    write_matrix(tmp_path, steps=80)
     start = time.monotonic()
     proc = submit(tmp_path, slurm, "--submit", "--wait")
     assert proc.stdout is not None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.bench_heldout import HELDOUT, HELDOUT_3, SETS, score
+from bench.bench_heldout import HELDOUT, HELDOUT_3, SETS, same, score
 from envmatrix.records.outcomes import Outcome
 from envmatrix.verdict.classify import RunFacts, classify
 from envmatrix.verdict.logscan import scan_text
@@ -36,6 +36,12 @@ def test_the_third_held_out_set_keeps_its_score() -> None:
     right, total, rows = score(HELDOUT_3)
     assert total >= 60
     assert right >= FLOOR_3, [r for r in rows if r[1] != r[2]]
+
+
+def test_the_readers_spellings_of_the_users_own_code_match_your_code() -> None:
+    for reader in ("user", "user script", "user-script", "user script (Baichuan-13B inference)", "your code"):
+        assert same("your code", reader), reader
+    assert not same("your code", "transformers") and not same("transformers", "user script")
 
 
 def verdict(log: str) -> Outcome:
