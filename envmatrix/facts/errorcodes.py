@@ -169,13 +169,14 @@ def _alternation(texts: Iterable[str]) -> str:
 
 
 #: How wrappers print a CUDA message: torch's `CUDA error: <msg>` (and c10's `CUDA warning: <msg>` from a destructor),
-#: the old `cuda runtime error (2) : <msg>`, CTranslate2's `CUDA failed with error <msg>`, `CUDA driver error: <msg>`, and
-#: a bare `Error 803: <msg>` (torch's device-count warning). `_CUDA_SAID` is the wrappers' words, shared with TRIGGER so
-#: that a line the scanner stops at is one `find` reads.
-_CUDA_SAID = r"cuda(?:\s+runtime|\s+driver)?\s+(?:error|warning|failed\s+with\s+error)"
+#: the old `cuda runtime error (2) : <msg>`, CTranslate2's `CUDA failed with error <msg>`, `CUDA driver error: <msg>`,
+#: NCCL's `Cuda failure 700 '<msg>'` (older NCCL: `Cuda failure '<msg>'`: a CUDA call NCCL made failed, so the code is
+#: CUDA's), and a bare `Error 803: <msg>` (torch's device-count warning). `_CUDA_SAID` is the wrappers' words, shared with
+#: TRIGGER so that a line the scanner stops at is one `find` reads.
+_CUDA_SAID = r"cuda(?:\s+runtime|\s+driver)?\s+(?:error|warning|failed\s+with\s+error|failure)"
 _CUDA_CONTEXT = (
     r"(?i:" + _CUDA_SAID + r"|\berror(?:\s+|=)\d{1,4})"
-    r"\s*(?:\(\d{1,4}\)\s*|\([^)\n]{1,300}:\d+\)\s*|(?:in|at)\s+[^\s:()]{1,300}(?:\(\d+\)|:\d+)\s*)?[:=]?\s*"
+    r"\s*(?:\(\d{1,4}\)\s*|\d{1,4}\s+|\([^)\n]{1,300}:\d+\)\s*|(?:in|at)\s+[^\s:()]{1,300}(?:\(\d+\)|:\d+)\s*)?[:=]?\s*['‘]?"
 )
 #: NCCL's strings come after `NCCL error`, `NCCL Error 2:`, torch's `NCCL error in: <file>:<line>, ` and the like.
 _NCCL_CONTEXT = r"(?i:nccl)[^\n]{0,160}?"
@@ -227,7 +228,7 @@ def patterns() -> dict[str, str]:
         "name": r"\b(?P<VALUE>" + _alternation(names) + r")\b",
         "cuda_message": _CUDA_CONTEXT + r"(?P<VALUE>(?i:" + _alternation(cuda) + r"))",
         "nccl_message": _NCCL_CONTEXT + r"(?P<VALUE>(?i:" + _alternation(nccl) + r"))",
-        "cuda_number": r"(?i:cuda\s+error\s*[:=]?\s*|\bcode\s*=\s*)(?P<VALUE>\d{1,4})\b",
+        "cuda_number": r"(?i:cuda\s+(?:error|failure)\s*[:=]?\s*|\bcode\s*=\s*)(?P<VALUE>\d{1,4})\b",
         "cuda_bare": r"(?P<VALUE>(?i:" + _alternation(_bare()) + r"))",
         "device_assert": r"(?P<VALUE>" + _DEVICE_ASSERT + r")",
     }

@@ -28,7 +28,7 @@ from ..facts.modules import KNOWN_IMPORTS, SPELLINGS, known_import
 from ..facts.nameindex import Resolved, Table, canonical, definers, import_packages, imports_from, index, misspelt, module_owner, requires, resolve, users
 from .ranges import MESSAGE_LINES, Range, in_message
 from .stated import Shown, Stated, closing, dist_of
-from .tracebacks import LAZY, Frame, Raised, unarchived
+from .tracebacks import LAZY, TAKES, Frame, Raised, unarchived
 
 _KEYWORD = re.compile(
     r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:got an unexpected keyword argument ['‘’](?P<member>\w+)['‘’]|"
@@ -46,7 +46,7 @@ _WRAPPED_KEYWORD = re.compile(r":\s+" + _KEYWORD.pattern)
 _PYBIND = re.compile(r"(?P<name>[A-Za-z_][\w.]*)\(\): incompatible function arguments")
 _POSITIONAL = re.compile(
     r"(?P<name>[A-Za-z0-9_.<>]+)\(\) (?:missing \d+ required (?:keyword-only |positional )?arguments?: '(?P<member>\w+)'"
-    r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given)"
+    r"|" + TAKES + r")"
 )
 _ATTRIBUTE = re.compile(
     r"(?:['‘’](?:(?P<qual>[A-Za-z_]\w*(?:\.\w+)*)\.)?(?P<cls>\w+)['‘’] object"

@@ -58,6 +58,14 @@ _CALL_SHOWN = rb"(?m:^)[ \t>]*(?:[A-Za-z_][\w.\[\]]*[ \t]*=[ \t]*)?(?:[A-Za-z_]\
 #: a DFA out of memory falls back to the NFA, many times slower. 64 MiB is per pattern (a few are cached), not per log.
 _OPTIONS = re2.Options()
 _OPTIONS.max_mem = 64 << 20
+
+
+def _nccl_failed_before(scan: LogScan, line_no: int) -> bool:
+    """Whether NCCL logged a failure of its own (a network error, a timeout) on an earlier line: the first failure is the
+    cause, and the CUDA calls that fail after it while NCCL tears down are its consequences."""
+    return any(name.startswith("nccl_error:") and hit.line_no < line_no for name, hit in scan.hits.items())
+
+
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _ANSI_END = re.compile(rb"\x1b\[[0-9;]*m$")
 
@@ -86,6 +94,12 @@ SIGNATURES: dict[str, str] = {
     # an extension built against another NumPy's C API (NumPy 2's own notice, wrapped as it prints it; the older ABI checks)
     "import_abi:numpy": r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2|numpy\.dtype size changed, may indicate binary incompatibility"
     r"|module compiled against (?:ABI|API) version 0x[0-9a-f]+ but this version of numpy is 0x[0-9a-f]+|_ARRAY_API not found",
+    # Cython's check of a compiled type's size against the one the extension was built with (`numpy.ndarray size changed`,
+    # any extension type): built against another release of the library it links
+    "import_abi:cython_size": r"\b[A-Za-z_][\w.]* size changed, may indicate binary incompatibility",
+    # torch refusing a second registration of an operator under another schema: two builds of one library (an extension
+    # built for another torch, two torch installs) loaded into one process
+    "import_abi:registered_twice": r"Tried to register (?:multiple operators|an operator) [^\n]{0,300}?with the same name and (?:the same )?overload name",
     "import_abi:missing_lib": r"lib[\w+-]+\.so(?:\.\d+)*: cannot open shared object file",
     # Windows' and macOS's loaders refusing a compiled extension, quoted without the exception's type (`DLL load failed while
     # importing flash_attn_2_cuda`, `dlopen(…_sentencepiece.cpython-310-darwin.so, 0x0002): Library not loaded: @rpath/…`)
@@ -724,7 +738,10 @@ class _Scanner:
             elif name == "code":
                 found = hit(m.start(), m.end())
                 lo, hi = _line_bounds(buf, m.start(), m.end())
-                for code in errorcodes.find(_ANSI.sub(b"", buf[lo:hi]).decode("utf-8", "replace")):
+                text = _ANSI.sub(b"", buf[lo:hi]).decode("utf-8", "replace")
+                for code in errorcodes.find(text):
+                    if code.family != "nccl" and "NCCL" in text and _nccl_failed_before(scan, found.line_no):
+                        continue  # a CUDA call failing under NCCL after NCCL's own failure: its consequence, not the cause
                     if all(code != c for c, _ in scan.codes):
                         scan.codes.append((code, found))
                 self.code_left -= 1

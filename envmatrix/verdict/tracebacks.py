@@ -108,12 +108,15 @@ _EMBEDDED_IMPORT = re.compile(
 )
 
 
+#: Python's refusal of too many positional arguments (with keyword-only ones passed too: `melspectrogram() takes 0
+#: positional arguments but 1 positional argument (and 1 keyword-only argument) were given`), for the patterns below and
+#: boundary.py's.
+TAKES = r"takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+(?: positional arguments?)?(?: \(and \d+ keyword-only arguments?\))? (?:were|was) given"
 #: Python's TypeError over a call's arguments, printed without its type by a logger or a wrapper (`str(e)`) or in a user's
 #: sentence (`The error was GRPOTrainer._get_train_sampler() takes 1 positional argument but 2 were given.`).
 _EMBEDDED_CALL = re.compile(
     r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_.]{0,200}\(\) (?:got an unexpected keyword argument ['‘’]\w{1,200}['‘’]"
-    r"|takes (?:from )?\d+(?: to \d+)? positional arguments? but \d+ (?:were|was) given"
-    r"|missing \d+ required (?:keyword-only |positional )?arguments?:(?: '\w{1,200}'(?:(?:,| and) '\w{1,200}'){0,20}|[ \t]*$)"
+    r"|" + TAKES + r"|missing \d+ required (?:keyword-only |positional )?arguments?:(?: '\w{1,200}'(?:(?:,| and) '\w{1,200}'){0,20}|[ \t]*$)"
     r"|got multiple values for (?:keyword )?argument '\w{1,200}')"
     # a server's answer that passes the TypeError on without the callable (`{'message': "Unexpected keyword argument 'x'"}`)
     r"|(?<![A-Za-z0-9_.])[Uu]nexpected keyword argument '\w{1,200}'"

@@ -1,0 +1,58 @@
+"""Issue 41, twenty-ninth round: a CUDA call that failed under NCCL is judged by CUDA's code; Cython's size check of any
+compiled type and torch's refusal of a second operator registration are builds that do not match. Each log is written
+for its mechanism; none is a held-out log."""
+
+from __future__ import annotations
+
+from verdicts import verdict
+
+from envmatrix.facts import errorcodes
+
+
+def test_nccl_reporting_a_failed_cuda_call_is_judged_by_the_cuda_code_it_names() -> None:
+    line = "host-3:2211:2290 [1] include/alloc.h:124 NCCL WARN Cuda failure {} '{}'"
+    assert verdict(line.format(700, "an illegal memory access was encountered")) == "crash"
+    assert verdict(line.format(2, "out of memory")) == "oom"
+    # the older NCCL prints the message without the number
+    assert verdict("node1:77:90 [0] NCCL WARN Cuda failure 'out of memory'") == "oom"
+    assert [c.name for c in errorcodes.find("NCCL WARN Cuda failure 719 'unspecified launch failure'")] == ["cudaErrorLaunchFailure"]
+    # NCCL's own failures stay NCCL's
+    assert verdict("node1:77:90 [0] NCCL WARN NET/IB : Got completion with error 12, opcode 0, len 0, vendor err 129") == "nccl_error"
+
+
+def test_cythons_size_check_of_any_compiled_type_is_a_build_for_another_release() -> None:
+    for kind in ("numpy.ndarray", "numpy.dtype", "sklearn.tree._tree.Tree", "pandas._libs.interval.Interval"):
+        log = f'  File "x.pyx", line 1, in init x\nValueError: {kind} size changed, may indicate binary incompatibility. Expected 96 from C header, got 88 from PyObject'
+        assert verdict(log) == "import_abi", kind
+
+
+def test_a_second_registration_of_an_operator_under_another_schema_is_two_builds_in_one_process() -> None:
+    log = (
+        '  File "/opt/venv/lib/python3.9/site-packages/torch/__init__.py", line 199, in <module>\n'
+        "    from torch._C import *\n"
+        "ImportError: Tried to register multiple operators with the same name and the same overload name but different schemas:"
+        " aten::add.Tensor(Tensor self, Tensor other) vs aten::add.Tensor(Tensor self)\n"
+    )
+    assert verdict(log) == "import_abi"
+    assert (
+        verdict("RuntimeError: Tried to register an operator (myops::scale(Tensor x) -> Tensor) with the same name and overload name multiple times.")
+        == "import_abi"
+    )
+
+
+def test_a_cuda_failure_nccl_reports_after_its_own_network_failure_is_the_consequence() -> None:
+    network = "h2:51:60 [0] transport/net_ib.cc:1200 NCCL WARN NET/IB : Got completion from peer 10.0.0.3 with error 12, opcode 1, len 0, vendor err 129\n"
+    cuda = "h2:51:51 [1] init.cc:300 NCCL WARN Cuda failure 'an illegal memory access was encountered'\n"
+    assert verdict(network + cuda) == "nccl_error"
+    assert verdict(cuda + network) == "crash"
+
+
+def test_positional_arguments_refused_alongside_keyword_only_ones_are_the_same_call_mismatch() -> None:
+    message = "spectrum() takes 0 positional arguments but 1 positional argument (and 1 keyword-only argument) were given"
+    assert verdict(message) == "api_mismatch"  # printed alone, as a logger or a user quotes it
+    assert verdict(f'Traceback (most recent call last):\n  File "a.py", line 3, in <module>\n    spectrum(x, sr=16000)\nTypeError: {message}') == "api_mismatch"
+
+
+def test_a_keyword_no_code_can_spell_is_data_passed_as_keywords_not_a_dropped_argument() -> None:
+    assert verdict("TypeError: __init__() got an unexpected keyword argument 'sample-01.h5'") == "error"
+    assert verdict("TypeError: __init__() got an unexpected keyword argument 'sample_01'") == "api_mismatch"
