@@ -6,7 +6,9 @@ Pure functions over a LogScan (logscan.py) and the rules' judgements (rules.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..facts import enginefailures, errorcodes
@@ -46,7 +48,23 @@ def crossing(scan: LogScan | None, raised: Raised, installed: Mapping[str, str] 
     if scan is None:
         return boundary.of(raised, installed=installed or {})
     around = [f.package for j in scan.judged for f in j.raised.frames if f.package not in ("", "python")]
-    return boundary.of(raised, installed=installed or {}, around=around, stated=scan.stated, calls=scan.shown)
+    return boundary.of(_rewrapped(scan, raised), installed=installed or {}, around=around, stated=scan.stated, calls=scan.shown)
+
+
+def _rewrapped(scan: LogScan, raised: Raised) -> Raised:
+    """An exception printed without frames inside a wrapper's message, on the line after the wrapper's traceback
+    (torch.compile's `BackendCompilerFailed: backend='inductor' raised:` over `LoweringException: ImportError: cannot import
+    name 'x' from 'triton…'`), where the wrapper's last frame imports that very name: the wrapper caught it there, so its
+    frames are the exception's. Otherwise the exception as it is."""
+    if raised.frames:
+        return raised
+    before = [j.raised for j in scan.judged if j.raised.line_no < raised.line_no]
+    if not before or not before[-1].frames or raised.line_no - before[-1].line_no > 2:
+        return raised
+    match = re.match(r"cannot import name ['‘’]?(\w+)", raised.value)
+    if match is None or not re.search(rf"\bimport\b[^\n]*\b{match.group(1)}\b", before[-1].source):
+        return raised
+    return replace(raised, frames=before[-1].frames, source=before[-1].source)
 
 
 def _across(raised: Raised, scan: LogScan | None) -> str:

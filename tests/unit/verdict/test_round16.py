@@ -4,7 +4,7 @@ for its mechanism; none is a held-out log."""
 
 from __future__ import annotations
 
-from verdicts import verdict
+from verdicts import sides, verdict
 
 from envmatrix.facts import errorcodes
 
@@ -56,3 +56,15 @@ def test_positional_arguments_refused_alongside_keyword_only_ones_are_the_same_c
 def test_a_keyword_no_code_can_spell_is_data_passed_as_keywords_not_a_dropped_argument() -> None:
     assert verdict("TypeError: __init__() got an unexpected keyword argument 'sample-01.h5'") == "error"
     assert verdict("TypeError: __init__() got an unexpected keyword argument 'sample_01'") == "api_mismatch"
+
+
+def test_an_import_error_a_wrapper_prints_under_its_traceback_is_imported_where_the_wrapper_caught_it() -> None:
+    log = (
+        '  File "/opt/conda/lib/python3.11/site-packages/torch/_inductor/runtime/hints.py", line 30, in <module>\n'
+        "    from triton.backends.compiler import AttrsDescriptor\n"
+        "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n"
+        "LoweringException: ImportError: cannot import name 'AttrsDescriptor' from 'triton.backends.compiler' "
+        "(/opt/conda/lib/python3.11/site-packages/triton/backends/compiler.py)\n"
+    )
+    assert verdict(log) == "api_mismatch"
+    assert sides(log)[:2] == ("torch", "triton")
