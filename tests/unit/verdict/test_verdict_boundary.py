@@ -52,7 +52,7 @@ def test_each_example_gets_its_class_and_both_sides(row: dict[str, str]) -> None
 
 def test_the_index_is_generated_small_and_says_what_it_was_built_from() -> None:
     raw = json.loads(nameindex.DATA_FILE.read_text())
-    assert nameindex.DATA_FILE.stat().st_size < 4 << 20
+    assert nameindex.DATA_FILE.stat().st_size < 5 << 20  # 4.4 MiB with the libraries beside the stack (pillow … onnxruntime)
     assert {"torch", "transformers", "trl", "accelerate", "peft", "deepspeed", "vllm"} <= set(raw["releases"])
     assert len(raw["releases"]["transformers"]) >= 2  # a name a newer release removed is still transformers'
     assert "transformers" in nameindex.definers("HybridCache")  # removed in transformers 5: known from 4.57.6
