@@ -82,7 +82,10 @@ FAILURES: dict[str, EngineFailure] = {
     ),
     "gym_step_api": EngineFailure(
         r"=[ \t]*[\w.\[\]]*\w*env\w*(?:\.\w+)*\.(?:step|reset)\([^\n]*\n(?:[^\n]*\n){0,12}?[^\n]*(?:too many|not enough) values to unpack"
-        r" \(expected [1-5](?:, got [1-5])?\)",
+        r" \(expected [1-5](?:, got [1-5])?\)"
+        # the environment checker's words for an environment written for the old API (gym 0.26's and Gymnasium's
+        # passive_env_checker: `The result returned by `env.reset()` was not a tuple of the form `(obs, info)``)
+        r"|The result returned by `env\.reset\(\)` was not a tuple of the form `\(obs, info\)`",
         "gym 0.26 (and every Gymnasium release) returns five values from env.step() (observation, reward, terminated, truncated, "
         "info) and two from env.reset() (observation, info), where gym <= 0.25 returned four and the observation alone: code "
         "written for one API unpacks the other's; install the gym the code was written for (gym < 0.26 for the old API), or "

@@ -87,7 +87,14 @@ _RANGES = (
     # the release it names is the least it takes
     re.compile(
         r"(?P<pkg>[A-Za-z][\w.-]*) (?:is (?:at )?version|version is) (?P<found>v?\d[\w.+]*?),? but this version of (?P<who>[A-Za-z][\w.-]*) requires "
-        r"(?:at least |a minimum )?(?:version )?(?P<least>v?\d[\w.]*\d)",
+        r"(?:at least |a minimum )?(?:version )?(?:>=\s*)?(?P<least>v?\d[\w.]*\d)",
+        re.I,
+    ),
+    # a package's check of a framework it builds on, naming the series it was built for (Open3D: `Version mismatch: Open3D
+    # needs PyTorch version 1.12.*, but version 1.10.1 is installed!`)
+    re.compile(
+        r"(?P<who>[A-Za-z][\w.-]*) needs (?P<pkg>[A-Za-z][\w.-]*) version (?P<list>v?\d[\w.]*\*?),? but (?:version )?(?P<found>v?\d[\w.+]*?)"
+        r" is installed",
         re.I,
     ),
     # optimum's check of a library it builds on (`Found an incompatible version of auto-gptq. Found version 0.4.2, but only

@@ -68,3 +68,16 @@ def test_an_import_error_a_wrapper_prints_under_its_traceback_is_imported_where_
     )
     assert verdict(log) == "api_mismatch"
     assert sides(log)[:2] == ("torch", "triton")
+
+
+def test_version_checks_in_more_words_state_the_range_each_side_needs() -> None:
+    jax = "RuntimeError: jaxlib is version 0.1.60, but this version of jax requires version >= 0.2.0."
+    assert verdict(jax) == "api_mismatch" and sides(jax)[:2] == ("jax", "jaxlib")
+    trace = 'Traceback (most recent call last):\n  File "run.py", line 2, in <module>\n    import pointlib.torch\n'
+    needs = trace + "Exception: Version mismatch: PointLib needs PyTorch version 2.1.*, but version 2.4.0 is installed!"
+    assert verdict(needs) == "api_mismatch"
+
+
+def test_gyms_environment_checker_refusing_an_old_api_reset_is_the_step_api_mismatch() -> None:
+    log = "AssertionError: The result returned by `env.reset()` was not a tuple of the form `(obs, info)`, where `obs` is a observation"
+    assert verdict(log) == "api_mismatch"
