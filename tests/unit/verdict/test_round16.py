@@ -56,6 +56,8 @@ def test_positional_arguments_refused_alongside_keyword_only_ones_are_the_same_c
 def test_a_keyword_no_code_can_spell_is_data_passed_as_keywords_not_a_dropped_argument() -> None:
     assert verdict("TypeError: __init__() got an unexpected keyword argument 'sample-01.h5'") == "error"
     assert verdict("TypeError: __init__() got an unexpected keyword argument 'sample_01'") == "api_mismatch"
+    # a keyword retold with its value is still a keyword
+    assert verdict("TypeError: init() got an unexpected keyword argument 'max_norm=1.0'") == "api_mismatch"
 
 
 def test_an_import_error_a_wrapper_prints_under_its_traceback_is_imported_where_the_wrapper_caught_it() -> None:
