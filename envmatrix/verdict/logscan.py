@@ -234,8 +234,12 @@ SIGNATURES: dict[str, str] = {
     r"|(?i:your\s+module\s+has\s+parameters\s+that\s+were\s+not\s+used\s+in\s+producing\s+(?:the\s+)?loss)",  # its second sentence alone
     "nan_loss:probability": r"probability tensor contains either `?inf`?, `?nan`? or element < 0",
     "nan_loss:dof": r"std\(\): degrees of freedom is <= 0",
-    "nan_loss:phrase": r"(?i:\b(?:loss(?:es)?|kl(?:[ _]divergence)?|the results?)\s+"
-    r"(?:(?:always|still|often|then)\s+)?(?:is|are|became|becomes|was|were|went|goes|equals?|equal(?:ed|s)?\s+to|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:always\s+|still\s+)?(?:going\s+|getting\s+|turning\s+|becoming\s+)?(?:to\s+)?(?:nan|inf)\b"
+    # (a few words may stand between the loss and its verb: `the segmentation loss before adapt (i == 0) becomes nan`; it
+    # may go `into` NaN)
+    "nan_loss:phrase": r"(?i:\b(?:loss(?:es)?|kl(?:[ _]divergence)?|the results?)(?:\s+|\s[^\n.;:]{1,40}?\s)"
+    r"(?:(?:always|still|often|then)\s+)?(?:is|are|became|becomes|was|were|went|goes|equals?|equal(?:ed|s)?\s+to|turn(?:s|ed)?(?:\s+(?:up|into))?)\s+(?:always\s+|still\s+)?(?:going\s+|getting\s+|turning\s+|becoming\s+)?(?:(?:in)?to\s+)?(?:nan|inf)\b"
+    # training told returning NaN (`training begin to return nan after hundreds of iterations`)
+    r"|\btraining\s+(?:begins?|began|starts?|started)\s+to\s+(?:return|output|produce|give)s?\s+nan\b"
     # `I got the following NaN loss`, and in Chinese (`loss为nan`, `loss变成了nan`)
     r"|\b(?:got|get|gets|getting|see|seeing|saw|encounter(?:s|ed)?|hit|shows?|showing|gives?|giving)\s+"
     r"(?:an?\s+|the\s+(?:following\s+)?)?nan\s+loss(?:es)?\b"

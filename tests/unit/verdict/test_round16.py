@@ -83,3 +83,11 @@ def test_version_checks_in_more_words_state_the_range_each_side_needs() -> None:
 def test_gyms_environment_checker_refusing_an_old_api_reset_is_the_step_api_mismatch() -> None:
     log = "AssertionError: The result returned by `env.reset()` was not a tuple of the form `(obs, info)`, where `obs` is a observation"
     assert verdict(log) == "api_mismatch"
+
+
+def test_a_loss_told_going_nan_with_words_between_or_into_nan_and_training_returning_nan() -> None:
+    assert verdict("The reconstruction loss of the second stage becomes nan after a few epochs.") == "nan_loss"
+    assert verdict("after 30 batches the loss goes into NaN") == "nan_loss"
+    assert verdict("With fp16 the training began to return nan after 200 iterations.") == "nan_loss"
+    # a loss that is fine, and NaN said of no loss, are not
+    assert verdict("The loss is fine; I only want to know how to log the learning rate.") != "nan_loss"
