@@ -263,7 +263,7 @@ def find(text: str) -> list[Code]:
     for kind, pattern in _compiled():
         for m in pattern.finditer(text[:FIND_CHARS]):
             if kind == "cuda_bare" and _NCCL_SAID.search(text, text.rfind("\n", 0, m.start()) + 1, m.start()):
-                continue  # NCCL's report of a CUDA failure it met (`NCCL WARN Cuda failure '…'`) is NCCL's
+                continue  # a CUDA message alone on a line NCCL speaks (its `Cuda failure '…'` is read by its words above)
             code = lookup(kind, m.group("VALUE"))
             if code is not None and code not in found:
                 found.append(code)

@@ -44,7 +44,7 @@ from ..records.outcomes import OUTCOME_NAMES
 from . import boundary
 from .imports import COMPILED_MODULE
 from .ranges import in_message
-from .tracebacks import Raised
+from .tracebacks import TAKES, Raised
 
 RULES_FILE = Path(__file__).with_name("rules.txt")
 CODE = "@code"
@@ -101,6 +101,7 @@ _HUMPS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z0-9]+|[A-Z]+")
 VOCABULARY: dict[str, Callable[[], str]] = {
     "gpu_kind": _arch_words,
     "known_package": _known_package,
+    "takes": lambda: TAKES,  # Python's refusal of too many positional arguments (tracebacks.py owns its wording)
     "model_types": _model_types,
     "gpu_refused": _gpu_refused,
     "engine_modules": _engine_modules,
